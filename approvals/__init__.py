@@ -1,0 +1,40 @@
+"""approvals: people approve, reject or edit what llm agents are about to do, from Slack.
+
+The public API is small: gate a tool with ``requires_approval``, run the agent with
+``run_agent``; a worker resumes it after the decision.
+"""
+
+from approvals.agent import Outcome, run_agent
+from approvals.config import Settings
+from approvals.errors import (
+    AlreadyDecided,
+    ApprovalsError,
+    ConfigError,
+    CorruptRecord,
+    GateError,
+    InvalidArguments,
+    NotAllowed,
+    ResumeError,
+    UnknownApproval,
+)
+from approvals.gate import requires_approval
+from approvals.models import Approval, DecisionKind, Status
+
+__all__ = [
+    "AlreadyDecided",
+    "Approval",
+    "ApprovalsError",
+    "ConfigError",
+    "CorruptRecord",
+    "DecisionKind",
+    "GateError",
+    "InvalidArguments",
+    "NotAllowed",
+    "Outcome",
+    "ResumeError",
+    "Settings",
+    "Status",
+    "UnknownApproval",
+    "requires_approval",
+    "run_agent",
+]

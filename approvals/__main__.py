@@ -1,0 +1,3 @@
+from approvals.cli import main
+
+main()

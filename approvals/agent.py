@@ -1,0 +1,251 @@
+"""Running an agent until it finishes or pauses, and resuming it after a decision.
+
+``run_agent`` is what agent code calls. When a gated tool pauses the chain, the history is
+saved to Redis with the sibling results of the paused turn (so nothing that ran runs again)
+and a card job is enqueued in the same transaction. ``resume`` is what the worker calls: it
+rebuilds the chain from the saved history and lets llm execute the pending calls first.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import llm
+import redis
+from llm.parts import Message, ToolResultPart
+
+from approvals import queue, store
+from approvals.config import Settings
+from approvals.errors import ConfigError
+from approvals.gate import gate_of, released
+from approvals.models import Approval, DecisionKind, SiblingResult
+from approvals.plugins import SyncModel, load_plugins, resolve_model
+from approvals.tools import describe_tool, import_tools, tool_refs
+
+#: Sibling outputs are shown on the card in short; the history keeps them whole.
+SIBLING_PREVIEW_CHARS = 500
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: ``completed`` with ``text``, or ``paused`` with ``pause_id``."""
+
+    status: str
+    text: str | None = None
+    pause_id: str | None = None
+
+
+@dataclass(frozen=True)
+class _RunContext:
+    """What a pause needs to know about the run it interrupts."""
+
+    conn: redis.Redis
+    settings: Settings
+    model_id: str
+    agent: str
+    system: str | None
+    tools: Sequence[Callable[..., Any]]
+    chain_limit: int
+    channel: str | None = None
+    requested_by: str | None = None
+    parent_id: str | None = None
+    thread_ts: str | None = None
+
+
+def run_agent(
+    model: SyncModel | str,
+    prompt: str,
+    *,
+    tools: Sequence[Callable[..., Any]],
+    system: str | None = None,
+    agent: str = "agent",
+    channel: str | None = None,
+    requested_by: str | None = None,
+    chain_limit: int | None = None,
+    settings: Settings | None = None,
+) -> Outcome:
+    """Run a tool-calling chain until it completes or a gated tool pauses it.
+
+    Args:
+        model: an llm model id (``"gpt-4o-mini"``) or a sync ``llm.Model``.
+        tools: module-level functions; gate the dangerous ones with ``@requires_approval``.
+        agent: a name for people reading the card.
+        channel: where cards go; default: the gate's channel, then ``APPROVALS_CHANNEL``.
+        requested_by: the Slack user id the agent acts for, shown on the card.
+
+    Returns:
+        An ``Outcome``; when paused, ``pause_id`` names the approval waiting in Redis.
+
+    Raises:
+        GateError: a tool cannot be found again by a worker (defined in ``__main__``...).
+    """
+    settings = settings or Settings.from_env()
+    load_plugins(settings)
+    resolved = resolve_model(model)
+    tool_refs(tools)  # fail before the first model call, not at the pause
+    limit = chain_limit or settings.chain_limit
+    context = _RunContext(
+        conn=store.connect(settings),
+        settings=settings,
+        model_id=resolved.model_id,
+        agent=agent,
+        system=system,
+        tools=tools,
+        chain_limit=limit,
+        channel=channel,
+        requested_by=requested_by,
+    )
+    chain = resolved.conversation(chain_limit=limit).chain(prompt, system=system, tools=list(tools))
+    return _drive(chain, context)
+
+
+def resume(conn: redis.Redis, settings: Settings, approval: Approval) -> Outcome:
+    """Continue a decided approval's chain from its saved history (called by the worker).
+
+    Raises:
+        ResumeError: a tool or the model cannot be found, or a tool changed since the pause.
+    """
+    decision = approval.decision
+    assert decision is not None, "resume() needs a decided approval"
+    history = [Message.from_dict(m) for m in store.load_history(conn, approval.id)]  # type: ignore[arg-type]
+    tools = import_tools(approval.tools)
+    model = resolve_model(approval.model_id)
+
+    def before_call(tool: llm.Tool | None, call: llm.ToolCall) -> None:
+        if call.tool_call_id != approval.tool_call_id:
+            return
+        if decision.kind is DecisionKind.REJECT:
+            raise llm.CancelToolCall(
+                rejection_text(decision.actor_name or decision.actor, decision.reason)
+            )
+        if decision.kind is DecisionKind.EDIT and decision.arguments is not None:
+            # Reassign, never mutate: the dict is shared with the saved history.
+            call.arguments = dict(decision.arguments)
+
+    def after_call(tool: llm.Tool, call: llm.ToolCall, result: llm.ToolResult) -> None:
+        if call.tool_call_id == approval.tool_call_id and decision.kind is DecisionKind.EDIT:
+            # The model is told the truth: it did not run what it proposed.
+            result.output = edit_note(
+                decision.actor_name or decision.actor, approval.arguments, call.arguments
+            ) + (result.output)
+
+    context = _RunContext(
+        conn=conn,
+        settings=settings,
+        model_id=approval.model_id,
+        agent=approval.agent,
+        system=approval.system,
+        tools=tools,
+        chain_limit=approval.chain_limit,
+        channel=approval.channel,
+        requested_by=approval.requested_by,
+        parent_id=approval.id,
+        thread_ts=approval.thread_ts or approval.card_ts,
+    )
+    chain = model.conversation(chain_limit=approval.chain_limit).chain(
+        messages=history,
+        system=approval.system,
+        tools=list(tools),
+        before_call=before_call,
+        after_call=after_call,
+    )
+    release = [] if decision.kind is DecisionKind.REJECT else [approval.tool_call_id]
+    with released(release):
+        return _drive(chain, context)
+
+
+def rejection_text(actor: str, reason: str | None) -> str:
+    """What the model receives instead of the tool's result (llm prefixes ``Cancelled: ``)."""
+    return f"rejected by {actor}: {reason}" if reason else f"rejected by {actor}"
+
+
+def edit_note(actor: str, proposed: dict[str, Any], approved: dict[str, Any]) -> str:
+    changes = {
+        k: approved.get(k)
+        for k in sorted(set(proposed) | set(approved))
+        if proposed.get(k) != approved.get(k)
+    }
+    return f"[{actor} edited the arguments before running: {json.dumps(changes)}]\n"
+
+
+def _drive(chain: Any, context: _RunContext) -> Outcome:
+    """Iterate the chain to its end; on a gated pause, save it and say so."""
+    last: llm.Response | None = None
+    try:
+        for response in chain.responses():
+            last = response
+    except llm.PauseChain as pause:
+        if pause.tool_call is None or gate_of(_tool_named(context, pause.tool_call.name)) is None:
+            raise  # not ours: a tool (or hook) of the caller's own paused the chain
+        base = chain.prompt.messages if last is None else last.prompt.messages + last.messages()
+        return Outcome("paused", pause_id=_save_pause(pause, base, context))
+    return Outcome("completed", text=last.text() if last is not None else "")
+
+
+def _tool_named(context: _RunContext, name: str) -> Callable[..., Any] | None:
+    for tool in context.tools:
+        if describe_tool(tool).name == name:
+            return tool
+    return None
+
+
+def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext) -> str:
+    call = pause.tool_call
+    assert call is not None and call.tool_call_id is not None
+    gate = gate_of(_tool_named(context, call.name))
+    assert gate is not None
+    history: list[dict[str, Any]] = [dict(m.to_dict()) for m in base]
+    if pause.tool_results:
+        # Without these, the finished siblings of the paused turn would run again on resume.
+        history.append(
+            dict(
+                Message(role="tool", parts=[_result_part(r) for r in pause.tool_results]).to_dict()
+            )
+        )
+    channel = gate.channel or context.channel or context.settings.channel
+    if not channel:
+        raise ConfigError("missing required setting APPROVALS_CHANNEL: where should the card go?")
+    approval = Approval(
+        id=new_approval_id(),
+        agent=context.agent,
+        model_id=context.model_id,
+        tool_name=call.name,
+        tool_call_id=call.tool_call_id,
+        arguments=dict(call.arguments),
+        tools=tool_refs(context.tools),
+        channel=channel,
+        system=context.system,
+        summary=gate.describe(call.arguments),
+        siblings=[
+            SiblingResult(r.name, r.output[:SIBLING_PREVIEW_CHARS]) for r in pause.tool_results
+        ],
+        requested_by=context.requested_by,
+        chain_limit=context.chain_limit,
+        parent_id=context.parent_id,
+        thread_ts=context.thread_ts,
+    )
+    pipe = store.create(context.conn, approval, history)
+    queue.enqueue_card(context.conn, context.settings, approval.id, pipeline=pipe)
+    pipe.execute()
+    return approval.id
+
+
+def _result_part(result: llm.ToolResult) -> ToolResultPart:
+    exception = None
+    if result.exception is not None:
+        exception = f"{result.exception.__class__.__name__}: {result.exception}"
+    return ToolResultPart(
+        name=result.name,
+        output=result.output,
+        tool_call_id=result.tool_call_id,
+        exception=exception,
+    )
+
+
+def new_approval_id() -> str:
+    """Short enough to type in the CLI, random enough not to be guessed (64 bits)."""
+    return secrets.token_hex(8)

@@ -1,0 +1,159 @@
+"""The ``approvals`` command: run the bot and workers, and decide from a terminal.
+
+Each command is a thin wrapper over the library; decisions go through ``review.decide``, the
+same function the Slack buttons use.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import json
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from approvals import queue, store
+from approvals.cards import decision_line
+from approvals.config import Settings
+from approvals.errors import ApprovalsError
+from approvals.models import Approval, DecisionKind
+from approvals.review import CLI_ACTOR_PREFIX, decide
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def pass_settings(func: F) -> F:
+    """Read settings from the environment; any ApprovalsError becomes one line and exit 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(Settings.from_env(), *args, **kwargs)
+        except ApprovalsError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group()
+@click.version_option(package_name="approvals")
+def cli() -> None:
+    """Approve, reject or edit what llm agents are about to do, from Slack."""
+
+
+@cli.command(name="bot")
+@click.option("--port", default=3000, show_default=True, help="HTTP port (0 picks a free one).")
+@click.option("--host", default="0.0.0.0", show_default=True, help="Interface to listen on.")
+@click.option("--threads", default=16, show_default=True, help="Request threads (HTTP mode).")
+@pass_settings
+def bot_run(settings: Settings, port: int, host: str, threads: int) -> None:
+    """Run the Slack app: Socket Mode if SLACK_APP_TOKEN is set, else HTTP at /slack/events."""
+    from bot.app import create_app
+    from bot.server import serve_http, serve_socket_mode
+
+    app = create_app(settings)
+    if settings.slack_app_token:
+        serve_socket_mode(app, settings.slack_app_token)
+    else:
+        serve_http(app, host, port, threads)
+
+
+@cli.command(name="worker")
+@click.option("--burst", is_flag=True, help="Stop when the queue is empty.")
+@click.option("--name", default=None, help="Worker name (default: RQ's).")
+@pass_settings
+def worker_run(settings: Settings, burst: bool, name: str | None) -> None:
+    """Run an RQ worker that posts cards and resumes decided approvals."""
+    from worker.main import run_worker
+
+    run_worker(settings, burst=burst, name=name)
+
+
+@cli.command(name="pending")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--limit", default=100, show_default=True)
+@pass_settings
+def pending_list(settings: Settings, as_json: bool, limit: int) -> None:
+    """List the approvals waiting for a decision, newest first."""
+    approvals = store.pending(store.connect(settings), limit=limit)
+    if not approvals and not as_json:
+        click.echo("Nothing is waiting for approval.")
+    for approval in approvals:
+        if as_json:
+            click.echo(json.dumps(_summary(approval)))
+        else:
+            age = _age(time.time() - approval.created_at)
+            args = json.dumps(approval.arguments, ensure_ascii=False)
+            click.echo(f"{approval.id}  {age:>5}  {approval.agent}  {approval.tool_name} {args}")
+
+
+@cli.command(name="approve")
+@click.argument("approval_id")
+@pass_settings
+def approve_one(settings: Settings, approval_id: str) -> None:
+    """Approve a waiting call: the worker runs it and resumes the agent."""
+    _decide(settings, approval_id, DecisionKind.APPROVE, None)
+
+
+@cli.command(name="reject")
+@click.argument("approval_id")
+@click.option("--reason", default=None, help="Told to the model, so the agent can re-plan.")
+@pass_settings
+def reject_one(settings: Settings, approval_id: str, reason: str | None) -> None:
+    """Reject a waiting call: the agent is told and resumes without running it."""
+    _decide(settings, approval_id, DecisionKind.REJECT, reason)
+
+
+@cli.command(name="show")
+@click.argument("approval_id")
+@pass_settings
+def show_one(settings: Settings, approval_id: str) -> None:
+    """Print an approval's record and its audit trail."""
+    conn = store.connect(settings)
+    approval = store.load(conn, approval_id)
+    click.echo(json.dumps({**_summary(approval), **approval.record()}, indent=2, default=str))
+    for event in store.audit_trail(conn, approval_id):
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(event.pop("at", "0"))))
+        click.echo(
+            f"{at}  {event.pop('event', '?'):<16} {event.pop('actor', '?'):<16} "
+            f"{json.dumps(event, ensure_ascii=False) if event else ''}"
+        )
+
+
+def _decide(settings: Settings, approval_id: str, kind: DecisionKind, reason: str | None) -> None:
+    conn = store.connect(settings)
+    approval = decide(
+        conn, settings, approval_id, kind, CLI_ACTOR_PREFIX + getpass.getuser(), reason=reason
+    )
+    queue.enqueue_announce(conn, settings, approval_id)
+    click.echo(f"{approval_id}: {decision_line(approval)}")
+
+
+def _summary(approval: Approval) -> dict[str, Any]:
+    return {
+        "id": approval.id,
+        "status": approval.status.value,
+        "agent": approval.agent,
+        "tool": approval.tool_name,
+        "arguments": approval.arguments,
+        "created_at": approval.created_at,
+        "card_ts": approval.card_ts,
+    }
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def main() -> None:
+    cli(prog_name="approvals")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

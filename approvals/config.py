@@ -1,0 +1,100 @@
+"""Settings, read once from the environment.
+
+Every process (agent, bot, worker, CLI) reads the same variables, so they live in one place.
+Only the variables a process really needs are required, and a missing one stops start-up
+with a single line that names it (``ConfigError``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from approvals.errors import ConfigError
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_SLACK_API_URL = "https://slack.com/api/"
+
+
+def _csv(value: str | None) -> tuple[str, ...]:
+    return tuple(part.strip() for part in (value or "").split(",") if part.strip())
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Configuration shared by every process; build it with ``Settings.from_env()``."""
+
+    redis_url: str = DEFAULT_REDIS_URL
+    slack_bot_token: str | None = None
+    slack_signing_secret: str | None = None
+    slack_app_token: str | None = None
+    slack_api_url: str = DEFAULT_SLACK_API_URL
+    channel: str | None = None
+    approvers: tuple[str, ...] = ()
+    #: Upper bound on model responses per run or resume, so a runaway agent stops.
+    chain_limit: int = 25
+    queue: str = "approvals"
+    #: Modules registered with llm's plugin manager in every process (models not pip-installed).
+    llm_plugins: tuple[str, ...] = ()
+    #: "Worker" forks a work-horse per job (isolation); "SimpleWorker" runs jobs in-process (speed).
+    worker_class: str = "Worker"
+    job_timeout: int = 600
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read settings from ``env`` (default ``os.environ``)."""
+        env = os.environ if env is None else env
+        worker_class = env.get("APPROVALS_WORKER_CLASS") or "Worker"
+        if worker_class not in ("Worker", "SimpleWorker"):
+            raise ConfigError(
+                f"APPROVALS_WORKER_CLASS must be Worker or SimpleWorker, got {worker_class!r}"
+            )
+        return cls(
+            redis_url=env.get("REDIS_URL") or DEFAULT_REDIS_URL,
+            slack_bot_token=env.get("SLACK_BOT_TOKEN") or None,
+            slack_signing_secret=env.get("SLACK_SIGNING_SECRET") or None,
+            slack_app_token=env.get("SLACK_APP_TOKEN") or None,
+            slack_api_url=_with_slash(env.get("SLACK_API_URL") or DEFAULT_SLACK_API_URL),
+            channel=env.get("APPROVALS_CHANNEL") or None,
+            approvers=_csv(env.get("APPROVERS")),
+            chain_limit=_int(env, "APPROVALS_CHAIN_LIMIT", 25),
+            queue=env.get("APPROVALS_QUEUE") or "approvals",
+            llm_plugins=_csv(env.get("APPROVALS_LLM_PLUGINS")),
+            worker_class=worker_class,
+            job_timeout=_int(env, "APPROVALS_JOB_TIMEOUT", 600),
+        )
+
+    def require(self, *names: str) -> None:
+        """Raise ``ConfigError`` naming the first missing environment variable of ``names``."""
+        for name in names:
+            if not getattr(self, _ATTRIBUTE_OF[name]):
+                raise ConfigError(f"missing required setting {name}: {_WHY[name]}")
+
+
+def _with_slash(url: str) -> str:
+    return url if url.endswith("/") else url + "/"
+
+
+_ATTRIBUTE_OF = {
+    "SLACK_BOT_TOKEN": "slack_bot_token",
+    "SLACK_SIGNING_SECRET": "slack_signing_secret",
+    "SLACK_APP_TOKEN": "slack_app_token",
+    "APPROVALS_CHANNEL": "channel",
+}
+_WHY = {
+    "SLACK_BOT_TOKEN": "the bot token (xoxb-...) from the Slack app's OAuth page",
+    "SLACK_SIGNING_SECRET": "the signing secret from the Slack app's Basic Information page",
+    "SLACK_APP_TOKEN": "an app-level token (xapp-...) with connections:write, for Socket Mode",
+    "APPROVALS_CHANNEL": "the channel id where approval cards are posted (e.g. C0123456789)",
+}

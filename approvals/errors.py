@@ -1,0 +1,65 @@
+"""Every exception approvals raises, in one flat list.
+
+ApprovalsError
+├── ConfigError          a setting is missing or malformed (start-up stops with its message)
+├── GateError            a tool list cannot be run through approvals (e.g. tool in __main__)
+├── UnknownApproval      no approval with that id
+├── CorruptRecord        the stored record is not what this version wrote
+├── NotAllowed           the actor may not decide this approval
+├── AlreadyDecided       someone decided first (carries who and what)
+├── InvalidArguments     edited arguments do not match the tool's JSON schema
+└── ResumeError          the worker cannot resume (tool not importable, model unknown...)
+"""
+
+from __future__ import annotations
+
+
+class ApprovalsError(Exception):
+    """Base class: everything approvals raises on purpose."""
+
+
+class ConfigError(ApprovalsError):
+    """A required setting is missing or malformed."""
+
+
+class GateError(ApprovalsError):
+    """The tools handed to ``run_agent`` cannot be resumed by a worker."""
+
+
+class UnknownApproval(ApprovalsError):
+    """No approval with this id exists."""
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(f"no approval with id {approval_id!r}")
+        self.approval_id = approval_id
+
+
+class CorruptRecord(ApprovalsError):
+    """A stored record failed to load; Redis is a trust boundary, so we refuse it."""
+
+
+class NotAllowed(ApprovalsError):
+    """The actor is not allowed to decide this approval."""
+
+
+class AlreadyDecided(ApprovalsError):
+    """The approval left ``pending`` before this decision; nothing was changed."""
+
+    def __init__(self, approval_id: str, status: str, decided_by: str | None) -> None:
+        who = f" by {decided_by}" if decided_by else ""
+        super().__init__(f"approval {approval_id} was already {status}{who}")
+        self.approval_id = approval_id
+        self.status = status
+        self.decided_by = decided_by
+
+
+class InvalidArguments(ApprovalsError):
+    """Edited arguments are not valid for the tool; ``errors`` maps argument name to message."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
+        self.errors = errors
+
+
+class ResumeError(ApprovalsError):
+    """A decided approval cannot be resumed; the message is shown to people as is."""

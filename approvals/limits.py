@@ -1,0 +1,28 @@
+"""Slack's limits that shape what we send, in one place (sources: Block Kit reference).
+
+Builders truncate to these so that Slack never rejects a card because an agent proposed
+something long.
+"""
+
+MESSAGE_BLOCKS = 50
+MODAL_BLOCKS = 100
+SECTION_TEXT = 3000
+FIELD_TEXT = 2000
+HEADER_TEXT = 150
+CONTEXT_ELEMENTS = 10
+BUTTON_VALUE = 2000
+ACTION_ID = 255
+BLOCK_ID = 255
+CONFIRM_TEXT = 300
+MODAL_TITLE = 24
+PRIVATE_METADATA = 3000
+PLAIN_TEXT_INPUT = 3000
+#: chat.postMessage truncates ``text`` beyond this.
+MESSAGE_TEXT = 40_000
+
+
+def truncate(text: str, limit: int, note: str = "…") -> str:
+    """``text`` cut to at most ``limit`` characters, ending with ``note`` when cut."""
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - len(note))] + note

@@ -1,0 +1,53 @@
+"""Resolving llm models, once per process.
+
+llm's plugin loading is not thread-safe on first use (concurrent ``get_model`` calls failed
+with ``UnknownModelError``), so each process resolves models through this cache, and the
+worker warms it at start-up before running any job.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+
+import llm
+from llm.plugins import pm
+
+from approvals.config import Settings
+from approvals.errors import ConfigError, ResumeError
+
+_lock = threading.Lock()
+SyncModel = llm.Model | llm.KeyModel
+_models: dict[str, SyncModel] = {}
+
+
+def load_plugins(settings: Settings) -> None:
+    """Register ``APPROVALS_LLM_PLUGINS`` modules with llm, then load llm's own plugins."""
+    with _lock:
+        for name in settings.llm_plugins:
+            if pm.has_plugin(name):
+                continue
+            try:
+                module = importlib.import_module(name)
+            except ImportError as exc:
+                raise ConfigError(f"APPROVALS_LLM_PLUGINS: cannot import {name}: {exc}") from None
+            pm.register(module, name=name)
+        llm.get_models()
+
+
+def resolve_model(model: SyncModel | str) -> SyncModel:
+    """The model itself, or the sync model registered under that id (cached)."""
+    if isinstance(model, llm.Model | llm.KeyModel):
+        return model
+    if not isinstance(model, str):
+        raise ConfigError(f"expected a model id or a sync llm model, got {type(model).__name__}")
+    with _lock:
+        if model not in _models:
+            try:
+                _models[model] = llm.get_model(model)
+            except llm.UnknownModelError:
+                raise ResumeError(
+                    f"unknown model {model!r}: install its llm plugin or list it in "
+                    "APPROVALS_LLM_PLUGINS"
+                ) from None
+        return _models[model]

@@ -1,0 +1,68 @@
+"""Enqueueing background work for the worker, by dotted path and with ids only.
+
+``approvals`` never imports ``worker``: jobs are named here as strings, so the agent and the
+bot can enqueue them without the worker's code, and each job carries only an approval id.
+Jobs use RQ's JSON serializer: nothing is ever unpickled from Redis.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from rq import Queue, Retry
+from rq.serializers import JSONSerializer
+
+from approvals.config import Settings
+
+POST_CARD = "worker.jobs.post_card"
+RESUME = "worker.jobs.resume_approval"
+PUBLISH = "worker.jobs.publish_result"
+ANNOUNCE = "worker.jobs.announce_decision"
+
+#: Slack may be briefly unreachable or throttling: retry posting with growing pauses.
+_SLACK_RETRY = Retry(max=6, interval=[1, 2, 5, 10, 30, 60])
+
+
+def get_queue(conn: redis.Redis, settings: Settings) -> Queue:
+    return Queue(settings.queue, connection=conn, serializer=JSONSerializer)
+
+
+def enqueue_card(
+    conn: redis.Redis, settings: Settings, approval_id: str, pipeline: Any = None
+) -> None:
+    """Ask a worker to post the approval's card (in the same transaction when ``pipeline``)."""
+    get_queue(conn, settings).enqueue(
+        POST_CARD,
+        approval_id,
+        job_id=f"card-{approval_id}",
+        retry=_SLACK_RETRY,
+        pipeline=pipeline,
+        job_timeout=60,
+    )
+
+
+def enqueue_resume(conn: redis.Redis, settings: Settings, approval_id: str) -> None:
+    """Ask a worker to resume a decided approval."""
+    get_queue(conn, settings).enqueue(
+        RESUME, approval_id, job_id=f"resume-{approval_id}", job_timeout=settings.job_timeout
+    )
+
+
+def enqueue_publish(conn: redis.Redis, settings: Settings, approval_id: str) -> None:
+    """Ask a worker to show a finished run's result on the card and in its thread."""
+    get_queue(conn, settings).enqueue(
+        PUBLISH, approval_id, job_id=f"publish-{approval_id}", retry=_SLACK_RETRY, job_timeout=60
+    )
+
+
+def enqueue_announce(conn: redis.Redis, settings: Settings, approval_id: str) -> None:
+    """Ask a worker to show a decision made outside Slack (the CLI) on the card."""
+    get_queue(conn, settings).enqueue(
+        ANNOUNCE,
+        approval_id,
+        job_id=f"announce-{approval_id}",
+        retry=_SLACK_RETRY,
+        job_timeout=60,
+        at_front=True,
+    )

@@ -1,0 +1,72 @@
+"""Talking to the Slack Web API about an approval: post the card, redraw it, reply in its thread.
+
+Every process builds its client with ``web_client`` so that ``SLACK_API_URL`` and the retry
+policy (rate limits included, which slack_sdk does not retry by default) are the same everywhere.
+"""
+
+from __future__ import annotations
+
+from slack_sdk import WebClient
+from slack_sdk.http_retry import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
+from slack_sdk.http_retry.builtin_handlers import ServerErrorRetryHandler
+
+from approvals import cards
+from approvals.config import Settings
+from approvals.models import Approval
+
+
+def web_client(settings: Settings) -> WebClient:
+    """A ``WebClient`` for ``SLACK_BOT_TOKEN`` at ``SLACK_API_URL`` that retries politely."""
+    settings.require("SLACK_BOT_TOKEN")
+    return WebClient(
+        token=settings.slack_bot_token,
+        base_url=settings.slack_api_url,
+        timeout=10,
+        retry_handlers=[
+            ConnectionErrorRetryHandler(max_retry_count=2),
+            RateLimitErrorRetryHandler(max_retry_count=2),
+            ServerErrorRetryHandler(max_retry_count=2),
+        ],
+    )
+
+
+def post_card(client: WebClient, approval: Approval) -> str:
+    """Post the card (in the parent's thread when the agent paused again); returns its ts."""
+    response = client.chat_postMessage(
+        channel=approval.channel,
+        text=cards.build_card_text(approval),
+        blocks=cards.build_card(approval),
+        thread_ts=approval.thread_ts,
+    )
+    return str(response["ts"])
+
+
+def update_card(client: WebClient, approval: Approval) -> None:
+    """Redraw the card in place to show the approval's current state."""
+    if approval.card_ts is None:
+        return
+    client.chat_update(
+        channel=approval.channel,
+        ts=approval.card_ts,
+        text=cards.build_card_text(approval),
+        blocks=cards.build_card(approval),
+    )
+
+
+def reply(client: WebClient, approval: Approval, blocks: list[cards.Block], text: str) -> None:
+    """Post into the card's thread (the parent's thread, when the card is itself a reply)."""
+    thread = approval.thread_ts or approval.card_ts
+    client.chat_postMessage(channel=approval.channel, thread_ts=thread, text=text, blocks=blocks)
+
+
+def announce_decision(client: WebClient, approval: Approval) -> None:
+    """Show a decision: the card loses its buttons, the thread records who decided what."""
+    update_card(client, approval)
+    reply(client, approval, cards.build_decision_message(approval), cards.decision_line(approval))
+
+
+def announce_result(client: WebClient, approval: Approval) -> None:
+    """Show how the resumed run ended, on the card and in the thread."""
+    update_card(client, approval)
+    for blocks in cards.build_result_messages(approval):
+        reply(client, approval, blocks, cards.build_card_text(approval))

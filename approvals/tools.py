@@ -1,0 +1,72 @@
+"""Finding tools again in another process.
+
+The worker re-imports each tool by its dotted path (``module:qualname``), so tools must be
+module-level functions. The tool's JSON schema is saved at the pause and compared at the
+resume: a resume never runs a tool whose arguments changed meaning since it was approved.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import llm
+
+from approvals.errors import GateError, ResumeError
+from approvals.models import ToolRef
+
+
+def describe_tool(tool: Callable[..., Any]) -> llm.Tool:
+    """llm's view of a tool function: its name and the JSON schema the model sees."""
+    return llm.Tool.function(tool)  # type: ignore[no-untyped-call,no-any-return]
+
+
+def tool_refs(tools: Sequence[Callable[..., Any]]) -> list[ToolRef]:
+    """References a worker can import; ``GateError`` for tools it could never find."""
+    return [_ref(tool) for tool in tools]
+
+
+def _ref(tool: Callable[..., Any]) -> ToolRef:
+    if isinstance(tool, llm.Tool) or not callable(tool):
+        raise GateError(
+            f"{tool!r}: pass plain module-level functions as tools (the worker imports them)"
+        )
+    module, qualname = tool.__module__, tool.__qualname__
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        raise GateError(f"tool {qualname} must be defined at module level, not inside a function")
+    if module == "__main__":
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        if spec is None:
+            raise GateError(
+                f"tool {qualname} is defined in a script run as __main__; a worker cannot "
+                "import it. Move the tools into a module (or run the script with python -m)."
+            )
+        module = spec.name
+    definition = describe_tool(tool)
+    return ToolRef(
+        name=definition.name, path=f"{module}:{qualname}", schema=definition.input_schema
+    )
+
+
+def import_tools(refs: Sequence[ToolRef]) -> list[Callable[..., Any]]:
+    """Import every tool of a record; ``ResumeError`` when one is missing or has changed."""
+    return [_import(ref) for ref in refs]
+
+
+def _import(ref: ToolRef) -> Callable[..., Any]:
+    module_name, _, qualname = ref.path.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ResumeError(f"cannot import tool {ref.name} from {ref.path}: {exc}") from None
+    schema = describe_tool(target).input_schema
+    if schema != ref.schema:
+        raise ResumeError(
+            f"tool {ref.name} ({ref.path}) changed its arguments since the pause; "
+            "refusing to resume with a different schema"
+        )
+    return target  # type: ignore[no-any-return]

@@ -1,0 +1,1 @@
+"""The Slack side: a Bolt app whose listeners call into ``approvals``."""
