@@ -15,7 +15,8 @@ def _item(approval: Approval) -> list[Block]:
     title = approval.summary or f"{approval.tool_name}"
     when = f"<!date^{int(approval.created_at)}^{{date_short_pretty}} {{time}}|waiting>"
     args = truncate(cards.arguments_text(approval.arguments, 600), 600)
-    text = f"*{title}*  ·  {approval.agent} · `{approval.tool_name}` · `{approval.id}` · {when}\n{args}"
+    where = f"{approval.agent} · `{approval.tool_name}` · `{approval.id}` · {when}"
+    text = f"*{title}*  ·  {where}\n{args}"
     return [
         {"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, 3000)}},
         cards.build_buttons(approval),
