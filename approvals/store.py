@@ -105,6 +105,7 @@ def create(conn: redis.Redis, approval: Approval, history: list[dict[str, Any]])
     both the approval and its card job exist, or neither does.
     """
     pipe = conn.pipeline(transaction=True)
+    pipe.multi()  # explicit, so RQ's enqueue(pipeline=...) joins this transaction
     pipe.hset(
         approval_key(approval.id),
         mapping={"record": json.dumps(approval.record()), "status": Status.PENDING.value},

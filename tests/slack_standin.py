@@ -19,7 +19,11 @@ Supported methods (``POST`` or ``GET /api/<method>``, JSON or form bodies, query
 ``auth.test``, ``chat.postMessage``, ``chat.update``, ``chat.postEphemeral``, ``views.open``,
 ``views.update``, ``views.publish``, ``usergroups.users.list``, ``conversations.info`` and
 ``users.info``. Anything else answers ``unknown_method``. ``multipart/form-data`` bodies (file
-uploads) are not understood and answer ``invalid_form_data``.
+uploads) are not understood and answer ``invalid_form_data``. A missing token answers
+``not_authed``, a wrong one ``invalid_auth``. Beyond the 50-block limit it refuses duplicate or
+over-long ``block_id``s, and views over 100 blocks, of the wrong type, or with a modal title
+over 24 characters. ``chat.postMessage`` to a user id answers that user's DM channel
+(:meth:`SlackStandIn.dm_channel`), and ``chat.update`` then needs the DM id, as in Slack.
 
 Response URLs come from :meth:`SlackStandIn.new_response_url`; like Slack's they accept JSON
 bodies, answer ``ok`` as text, refuse a sixth use (``404 used_url``) and, when bound to a posted

@@ -1,0 +1,1 @@
+"""Offline agents for the tests: a scripted llm model and tools that keep a ledger."""

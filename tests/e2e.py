@@ -1,0 +1,134 @@
+"""Helpers for end-to-end tests: act like Slack users against a running bot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from approvals import store
+from approvals.cards import APPROVE_ACTION, EDIT_ACTION, REJECT_ACTION
+from approvals.models import Approval, Status
+from bot.modals import EDIT_VIEW, REJECT_VIEW, REASON_BLOCK, VALUE_ACTION
+from tests.conftest import CHANNEL, SIGNING_SECRET, read_jsonl, wait_until
+from tests.slack_requests import (
+    block_actions_payload,
+    send_command,
+    send_interaction,
+    slash_command_form,
+    view_submission_payload,
+)
+from tests.slack_standin import Message, SlackStandIn
+
+ACTIONS = {"approve": APPROVE_ACTION, "reject": REJECT_ACTION, "edit": EDIT_ACTION}
+
+
+def card_of(slack: SlackStandIn, approval_id: str) -> Message:
+    """The card posted for ``approval_id`` (waits for it)."""
+
+    def find() -> Message | None:
+        for message in slack.messages(CHANNEL):
+            if any(_has_value(block, approval_id) for block in message.blocks):
+                return message
+        return None
+
+    return wait_until(find, 20, f"the card of {approval_id}")
+
+
+def _has_value(block: dict[str, Any], value: str) -> bool:
+    return block.get("type") == "actions" and any(
+        e.get("value") == value for e in block.get("elements", [])
+    ) or block.get("block_id", "").endswith(value) or value in str(block.get("block_id", ""))
+
+
+def click(
+    slack: SlackStandIn, bot_url: str, action: str, approval_id: str, user: str = "UALICE",
+    card_ts: str | None = None,
+) -> tuple[int, str]:
+    payload = block_actions_payload(
+        user_id=user,
+        action_id=ACTIONS[action],
+        value=approval_id,
+        channel_id=CHANNEL,
+        message_ts=card_ts,
+        response_url=slack.new_response_url(),
+    )
+    return send_interaction(bot_url, SIGNING_SECRET, payload)
+
+
+def submit_edit(bot_url: str, approval_id: str, values: dict[str, str], user: str = "UALICE"
+                ) -> tuple[int, str]:
+    state = {
+        f"arg-{name}": {VALUE_ACTION: {"type": "plain_text_input", "value": value}}
+        for name, value in values.items()
+    }
+    payload = view_submission_payload(
+        user_id=user, callback_id=EDIT_VIEW, private_metadata=approval_id, values=state
+    )
+    return send_interaction(bot_url, SIGNING_SECRET, payload)
+
+
+def submit_reject(bot_url: str, approval_id: str, reason: str | None, user: str = "UALICE"
+                  ) -> tuple[int, str]:
+    state = {REASON_BLOCK: {VALUE_ACTION: {"type": "plain_text_input", "value": reason}}}
+    payload = view_submission_payload(
+        user_id=user, callback_id=REJECT_VIEW, private_metadata=approval_id, values=state
+    )
+    return send_interaction(bot_url, SIGNING_SECRET, payload)
+
+
+def pending_command(slack: SlackStandIn, bot_url: str, user: str = "UALICE", text: str = ""
+                    ) -> tuple[int, str, str]:
+    response_url = slack.new_response_url()
+    form = slash_command_form(user_id=user, text=text, channel_id=CHANNEL, response_url=response_url)
+    status, body = send_command(bot_url, SIGNING_SECRET, form)
+    return status, body, response_url
+
+
+def wait_status(conn: redis.Redis, approval_id: str, *statuses: Status, timeout: float = 30
+                ) -> Approval:
+    def reached() -> Approval | None:
+        approval = store.load(conn, approval_id)
+        return approval if approval.status in statuses else None
+
+    return wait_until(reached, timeout, f"approval {approval_id} to be {statuses}")
+
+
+def tool_runs(env: dict[str, str], tool: str | None = None) -> list[dict[str, Any]]:
+    return [r for r in read_jsonl(env["TOOL_LEDGER"]) if tool is None or r["tool"] == tool]
+
+
+def model_calls(env: dict[str, str]) -> list[dict[str, Any]]:
+    return read_jsonl(env["SCRIPTED_LEDGER"])
+
+
+def tool_results_seen(call: dict[str, Any]) -> list[tuple[str, str]]:
+    """(tool name, output) of every tool result in the messages a model call received."""
+    return [
+        (part["name"], part["output"])
+        for message in call["messages"]
+        if message["role"] == "tool"
+        for part in message["parts"]
+    ]
+
+
+def action_blocks(message: Message) -> list[dict[str, Any]]:
+    return [b for b in message.blocks if b.get("type") == "actions"]
+
+
+def block_text(message: Message) -> str:
+    """All the visible text of a message's blocks, for assertions."""
+    out: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("text"), str):
+                out.append(node["text"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(message.blocks)
+    return "\n".join(out)
