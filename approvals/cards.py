@@ -177,7 +177,8 @@ def build_decision_message(approval: Approval) -> list[Block]:
     """The thread reply that records a decision (and, for edits, what changed)."""
     decision = approval.decision
     assert decision is not None
-    text = f"{decision_line(approval).capitalize()}"
+    line = decision_line(approval)
+    text = line[:1].upper() + line[1:]
     blocks: list[Block] = [{"type": "section", "text": _md(text)}]
     if decision.kind is DecisionKind.EDIT and decision.arguments is not None:
         blocks.append({"type": "section", "text": _md(edit_diff(approval))})

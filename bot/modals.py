@@ -69,7 +69,8 @@ def build_edit_modal(approval: Approval) -> Block:
     required = set(approval.tool.schema.get("required", []))
     for name, schema in list(_properties(approval).items())[: MODAL_BLOCKS - 1]:
         kind = _kind(schema)
-        initial = _initial(kind, approval.arguments.get(name))
+        # An argument the model left out is shown with the tool's default.
+        initial = _initial(kind, approval.arguments.get(name, schema.get("default")))
         block_id = truncate(_ARG_PREFIX + name, BLOCK_ID, "")
         if initial is not None and len(initial) > PLAIN_TEXT_INPUT:
             blocks.append(
@@ -136,6 +137,13 @@ def read_edit_submission(
                 arguments[name] = json.loads(raw)
             except ValueError as exc:
                 errors[block_id] = f"Not valid JSON: {exc}"
+        if (
+            name in arguments
+            and name not in approval.arguments
+            and "default" in schema
+            and arguments[name] == schema["default"]
+        ):
+            del arguments[name]  # left at the default the model relied on: not an edit
     return arguments, errors
 
 

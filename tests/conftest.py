@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -228,7 +227,12 @@ def wait_for_workers(env: dict[str, str], workers: list[Process], count: int) ->
 def services(
     env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[Services]:
-    """``approvals bot`` over HTTP and one ``approvals worker``, as real processes."""
+    """``approvals bot`` over HTTP and one ``approvals worker``, as real processes.
+
+    ``@pytest.mark.service_env(APPROVERS="U1")`` adds variables for these processes only.
+    """
+    marker = request.node.get_closest_marker("service_env")
+    env = {**env, **(marker.kwargs if marker else {})}
     bot = start_bot(env, tmp_path / "bot.log")
     worker = start_worker(env, tmp_path / "worker.log", f"w-{os.getpid()}-{time.monotonic_ns()}")
     url = bot_url(bot)
@@ -260,6 +264,3 @@ def _llm_user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # get_model() creates llm's user dir: keep it out of the developer's home.
     monkeypatch.setenv("LLM_USER_PATH", str(tmp_path / "llm"))
 
-
-def tmp_dir() -> str:
-    return tempfile.mkdtemp(prefix="approvals-test-")

@@ -7,6 +7,7 @@ import logging
 from rq import SimpleWorker, Worker
 from rq.serializers import JSONSerializer
 
+import worker.jobs  # noqa: F401 - imported once here so forked work-horses inherit it
 from approvals import store
 from approvals.config import Settings
 from approvals.plugins import load_plugins
