@@ -28,7 +28,13 @@ def wsgi_app(app: App) -> WSGIApp:
         if environ.get("PATH_INFO") == HEALTH_PATH:
             start_response("200 OK", [("Content-Type", "text/plain")])
             return [b"ok"]
-        return bolt(environ, start_response)
+        try:
+            return bolt(environ, start_response)
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            # Bolt parses the body before any listener runs and raises on malformed JSON or
+            # form data; such a request changed nothing, so it gets a 400, not a 500.
+            start_response("400 Bad Request", [("Content-Type", "text/plain")])
+            return [b"malformed request"]
 
     return application
 
