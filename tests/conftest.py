@@ -79,9 +79,25 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     folder = tmp_path_factory.mktemp("redis")
     port = _free_port()
     process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
-         "--save", "", "--appendonly", "no", "--databases", "1000", "--daemonize", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(folder),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--databases",
+            "1000",
+            "--daemonize",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     base = f"redis://127.0.0.1:{port}"
     probe = redis.Redis.from_url(base)
@@ -153,7 +169,11 @@ class Process:
         self._out = open(log, "wb")  # noqa: SIM115 - closed in stop()
         child_env = {**os.environ, **env, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
         self.popen = subprocess.Popen(
-            args, env=child_env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT,
+            args,
+            env=child_env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
             start_new_session=True,
         )
 
@@ -263,4 +283,3 @@ def conn(env: dict[str, str]) -> Iterator[redis.Redis]:
 def _llm_user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # get_model() creates llm's user dir: keep it out of the developer's home.
     monkeypatch.setenv("LLM_USER_PATH", str(tmp_path / "llm"))
-

@@ -9,7 +9,7 @@ import redis
 from approvals import store
 from approvals.cards import APPROVE_ACTION, EDIT_ACTION, REJECT_ACTION
 from approvals.models import Approval, Status
-from bot.modals import EDIT_VIEW, REJECT_VIEW, REASON_BLOCK, VALUE_ACTION
+from bot.modals import EDIT_VIEW, REASON_BLOCK, REJECT_VIEW, VALUE_ACTION
 from tests.conftest import CHANNEL, SIGNING_SECRET, read_jsonl, wait_until
 from tests.slack_requests import (
     block_actions_payload,
@@ -36,13 +36,22 @@ def card_of(slack: SlackStandIn, approval_id: str) -> Message:
 
 
 def _has_value(block: dict[str, Any], value: str) -> bool:
-    return block.get("type") == "actions" and any(
-        e.get("value") == value for e in block.get("elements", [])
-    ) or block.get("block_id", "").endswith(value) or value in str(block.get("block_id", ""))
+    return (
+        (
+            block.get("type") == "actions"
+            and any(e.get("value") == value for e in block.get("elements", []))
+        )
+        or block.get("block_id", "").endswith(value)
+        or value in str(block.get("block_id", ""))
+    )
 
 
 def click(
-    slack: SlackStandIn, bot_url: str, action: str, approval_id: str, user: str = "UALICE",
+    slack: SlackStandIn,
+    bot_url: str,
+    action: str,
+    approval_id: str,
+    user: str = "UALICE",
     card_ts: str | None = None,
 ) -> tuple[int, str]:
     payload = block_actions_payload(
@@ -56,8 +65,9 @@ def click(
     return send_interaction(bot_url, SIGNING_SECRET, payload)
 
 
-def submit_edit(bot_url: str, approval_id: str, values: dict[str, str], user: str = "UALICE"
-                ) -> tuple[int, str]:
+def submit_edit(
+    bot_url: str, approval_id: str, values: dict[str, str], user: str = "UALICE"
+) -> tuple[int, str]:
     state = {
         f"arg-{name}": {VALUE_ACTION: {"type": "plain_text_input", "value": value}}
         for name, value in values.items()
@@ -68,8 +78,9 @@ def submit_edit(bot_url: str, approval_id: str, values: dict[str, str], user: st
     return send_interaction(bot_url, SIGNING_SECRET, payload)
 
 
-def submit_reject(bot_url: str, approval_id: str, reason: str | None, user: str = "UALICE"
-                  ) -> tuple[int, str]:
+def submit_reject(
+    bot_url: str, approval_id: str, reason: str | None, user: str = "UALICE"
+) -> tuple[int, str]:
     state = {REASON_BLOCK: {VALUE_ACTION: {"type": "plain_text_input", "value": reason}}}
     payload = view_submission_payload(
         user_id=user, callback_id=REJECT_VIEW, private_metadata=approval_id, values=state
@@ -77,16 +88,20 @@ def submit_reject(bot_url: str, approval_id: str, reason: str | None, user: str 
     return send_interaction(bot_url, SIGNING_SECRET, payload)
 
 
-def pending_command(slack: SlackStandIn, bot_url: str, user: str = "UALICE", text: str = ""
-                    ) -> tuple[int, str, str]:
+def pending_command(
+    slack: SlackStandIn, bot_url: str, user: str = "UALICE", text: str = ""
+) -> tuple[int, str, str]:
     response_url = slack.new_response_url()
-    form = slash_command_form(user_id=user, text=text, channel_id=CHANNEL, response_url=response_url)
+    form = slash_command_form(
+        user_id=user, text=text, channel_id=CHANNEL, response_url=response_url
+    )
     status, body = send_command(bot_url, SIGNING_SECRET, form)
     return status, body, response_url
 
 
-def wait_status(conn: redis.Redis, approval_id: str, *statuses: Status, timeout: float = 30
-                ) -> Approval:
+def wait_status(
+    conn: redis.Redis, approval_id: str, *statuses: Status, timeout: float = 30
+) -> Approval:
     def reached() -> Approval | None:
         approval = store.load(conn, approval_id)
         return approval if approval.status in statuses else None
@@ -132,3 +147,22 @@ def block_text(message: Message) -> str:
 
     walk(message.blocks)
     return "\n".join(out)
+
+
+def reply_containing(slack: SlackStandIn, card_ts: str, text: str) -> Message:
+    """The first reply in the card's thread whose blocks contain ``text`` (waits for it)."""
+
+    def find() -> Message | None:
+        return next((m for m in slack.thread(CHANNEL, card_ts) if text in block_text(m)), None)
+
+    return wait_until(find, 20, f"a thread reply containing {text!r}")
+
+
+def card_showing(slack: SlackStandIn, card_ts: str, text: str) -> Message:
+    """The card once its blocks contain ``text`` (waits for the update)."""
+
+    def find() -> Message | None:
+        card = slack.message(CHANNEL, card_ts)
+        return card if text in block_text(card) else None
+
+    return wait_until(find, 20, f"the card to show {text!r}")

@@ -40,8 +40,9 @@ def test_bad_signature_stale_timestamp_and_tampered_body_get_401_and_change_noth
     pause_id = _pause()
     card_of(slack, pause_id)
     before = _snapshot(conn)
-    payload = json.dumps(block_actions_payload(user_id="U1", action_id="approval_approve",
-                                               value=pause_id))
+    payload = json.dumps(
+        block_actions_payload(user_id="U1", action_id="approval_approve", value=pause_id)
+    )
     body = "payload=" + urllib.request.quote(payload)
     assert post_signed(services.bot_url, "wrong-secret", body, FORM)[0] == 401
     stale = int(time.time()) - 6 * 60
@@ -78,18 +79,23 @@ def test_agent_pending_lists_waiting_approvals_newest_first_to_the_caller_only(
     services, slack, conn
 ):
     """/agent-pending answers ephemerally, newest first, each with working buttons."""
-    status, _, url = pending_command(slack, services.bot_url)
+    status, _, _ = pending_command(slack, services.bot_url)
     assert status == 200
     empty = slack.wait_for(lambda: slack.responses())
     assert "Nothing is waiting" in json.dumps(empty[0]["blocks"])
 
     ids = [_pause(agent=f"agent-{i}", path=f"p{i}") for i in range(3)]
     slack.reset()
-    status, _, url = pending_command(slack, services.bot_url)
+    status, _, _ = pending_command(slack, services.bot_url)
     answer = slack.wait_for(lambda: slack.responses())[0]
     assert answer["response_type"] == "ephemeral"
-    listed = [e["value"] for b in answer["blocks"] if b["type"] == "actions" for e in b["elements"]
-              if e["action_id"] == "approval_approve"]
+    listed = [
+        e["value"]
+        for b in answer["blocks"]
+        if b["type"] == "actions"
+        for e in b["elements"]
+        if e["action_id"] == "approval_approve"
+    ]
     assert listed == list(reversed(ids))
     assert "3 approvals waiting" in json.dumps(answer["blocks"])
 
@@ -105,9 +111,11 @@ def test_agent_pending_lists_waiting_approvals_newest_first_to_the_caller_only(
 def test_app_home_shows_the_waiting_approvals(services, slack):
     """Opening the App Home publishes the list of waiting approvals for that user."""
     pause_id = _pause()
-    status, _ = send_event(services.bot_url, SIGNING_SECRET,
-                           {"type": "app_home_opened", "user": "UALICE", "tab": "home",
-                            "channel": "D1"})
+    status, _ = send_event(
+        services.bot_url,
+        SIGNING_SECRET,
+        {"type": "app_home_opened", "user": "UALICE", "tab": "home", "channel": "D1"},
+    )
     assert status == 200
     published = slack.wait_for(lambda: slack.views())[0]
     assert published["method"] == "views.publish" and published["user_id"] == "UALICE"
@@ -127,8 +135,14 @@ def test_an_agent_process_can_exit_while_its_approval_waits(services, slack, env
     import os
     import sys
 
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env, "PYTHONPATH": "."},
-                          capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env, "PYTHONPATH": "."},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     status, pause_id = done.stdout.split()
     assert status == "paused"
     card = card_of(slack, pause_id)
@@ -142,8 +156,13 @@ def test_bot_start_up_names_a_missing_setting(env, tmp_path):
 
     child = {**os.environ, **env, "SLACK_SIGNING_SECRET": ""}
     child.pop("SLACK_APP_TOKEN", None)
-    done = subprocess.run(approvals_command("bot", "--port", "0"), env=child,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        approvals_command("bot", "--port", "0"),
+        env=child,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "Error: missing required setting SLACK_SIGNING_SECRET: the signing secret from the "

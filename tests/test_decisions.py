@@ -21,6 +21,7 @@ from tests.e2e import (
     card_of,
     click,
     model_calls,
+    reply_containing,
     submit_edit,
     submit_reject,
     tool_results_seen,
@@ -69,17 +70,19 @@ def test_edit_runs_the_edited_arguments_and_tells_the_model(services, slack, env
     assert inputs["arg-path"]["element"]["initial_value"] == "build"
     assert inputs["arg-recursive"]["element"]["initial_value"] == "false"
 
-    status, body = submit_edit(services.bot_url, pause_id, {"path": "build/tmp", "recursive": "true"})
+    status, body = submit_edit(
+        services.bot_url, pause_id, {"path": "build/tmp", "recursive": "true"}
+    )
     assert status == 200 and body == ""  # an empty 200 closes the modal
     approval = wait_status(conn, pause_id, Status.COMPLETED)
     assert approval.arguments == {"path": "build"}  # what the model proposed
     assert approval.decision.arguments == {"path": "build/tmp", "recursive": True}
     runs = tool_runs(env, "delete_path")
     assert [r["arguments"] for r in runs] == [{"path": "build/tmp", "recursive": True}]
-    (name, output), = tool_results_seen(model_calls(env)[-1])
+    ((_, output),) = tool_results_seen(model_calls(env)[-1])
     assert "edited the arguments" in output and output.endswith("deleted build/tmp recursively")
     thread = slack.wait_for(lambda: slack.thread(CHANNEL, card.ts))
-    assert "+ path: \"build/tmp\"" in block_text(thread[0])
+    assert '+ path: "build/tmp"' in block_text(thread[0])
 
 
 def test_invalid_edit_is_shown_in_the_modal_and_changes_nothing(services, slack, env, conn):
@@ -87,7 +90,7 @@ def test_invalid_edit_is_shown_in_the_modal_and_changes_nothing(services, slack,
     pause_id = _pause()
     card_of(slack, pause_id)
     before = conn.hgetall(store.approval_key(pause_id))
-    status, body = submit_edit(services.bot_url, pause_id, {"path": "x", "recursive": "\"maybe\""})
+    status, body = submit_edit(services.bot_url, pause_id, {"path": "x", "recursive": '"maybe"'})
     assert status == 200
     answer = json.loads(body)
     assert answer["response_action"] == "errors"
@@ -118,8 +121,8 @@ def test_simultaneous_clicks_have_one_winner(services, slack, env, conn):
     assert statuses == [200] * len(users)
     approval = wait_status(conn, pause_id, Status.COMPLETED)
     winner = approval.decision.actor
-    refusals = slack.wait_for(lambda: [r for r in slack.responses() if "already" in r.get("text", "")]
-                              if len(slack.responses()) >= len(users) - 1 else None)
+    slack.wait_for(lambda: len(slack.responses()) >= len(users) - 1)
+    refusals = [r for r in slack.responses() if "already" in r.get("text", "")]
     assert len(refusals) == len(users) - 1
     assert all(f"<@{winner}>" in r["text"] and r["response_type"] == "ephemeral" for r in refusals)
     assert len(tool_runs(env, "delete_path")) == 1
@@ -138,8 +141,10 @@ def test_a_non_approver_is_refused_and_recorded(services, slack, env, conn):
     refusal = slack.wait_for(lambda: slack.responses())
     assert "not one of the approvers" in refusal[0]["text"]
     assert store.load(conn, pause_id).status is Status.PENDING
-    assert any(e["event"] == "refused" and e["actor"] == "UINTRUDER"
-               for e in store.audit_trail(conn, pause_id))
+    assert any(
+        e["event"] == "refused" and e["actor"] == "UINTRUDER"
+        for e in store.audit_trail(conn, pause_id)
+    )
     click(slack, services.bot_url, "edit", pause_id, "UINTRUDER", card.ts)
     slack.wait_for(lambda: len(slack.responses()) == 2)
     assert slack.views() == []  # no modal for someone who may not decide
@@ -164,8 +169,7 @@ def test_the_cli_decides_like_a_click(services, slack, env, conn):
     assert len(tool_runs(env, "delete_path")) == 1
     again = runner.invoke(cli, ["approve", first])
     assert again.exit_code == 1 and "already" in again.output
-    shown = slack.wait_for(lambda: [m for m in slack.thread(CHANNEL, card.ts) if "(CLI)" in block_text(m)])
-    assert "not today" in block_text(shown[0])
+    assert "not today" in block_text(reply_containing(slack, card.ts, "(CLI)"))
     assert action_blocks(slack.message(CHANNEL, card.ts)) == []
 
 
@@ -217,7 +221,6 @@ def test_a_resume_that_cannot_find_its_model_fails_visibly_and_keeps_the_record(
     click(slack, services.bot_url, "approve", outcome.pause_id, card_ts=card.ts)
     failed = wait_status(conn, outcome.pause_id, Status.FAILED)
     assert "unknown model 'only-in-the-test-process'" in failed.result.error
-    reply = slack.wait_for(lambda: [m for m in slack.thread(CHANNEL, card.ts) if "failed" in block_text(m)])
-    assert "unknown model" in block_text(reply[0])
+    assert "unknown model" in block_text(reply_containing(slack, card.ts, "failed"))
     assert store.load_history(conn, outcome.pause_id)  # the history is still there
     assert tool_runs(env, "delete_path") == []

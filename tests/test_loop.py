@@ -8,13 +8,14 @@ from approvals import run_agent
 from approvals.models import DecisionKind, Status
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, list_files
-from tests.conftest import CHANNEL
 from tests.e2e import (
     action_blocks,
     block_text,
     card_of,
+    card_showing,
     click,
     model_calls,
+    reply_containing,
     tool_results_seen,
     tool_runs,
     wait_status,
@@ -27,7 +28,7 @@ CLEANUP = script(
 
 
 def test_approve_runs_the_gated_tool_once_and_finishes_the_chain(services, slack, env, conn):
-    """Approve: the tool runs once in the worker, with the model's arguments; the answer lands in the thread."""
+    """Approve: the tool runs once, in the worker, as proposed; the answer lands in the thread."""
     outcome = run_agent("scripted", CLEANUP, tools=[list_files, delete_path], agent="cleanup-bot")
 
     assert outcome.status == "paused" and outcome.pause_id
@@ -59,8 +60,8 @@ def test_approve_runs_the_gated_tool_once_and_finishes_the_chain(services, slack
     assert ("delete_path", "deleted build/app.o") in seen
     assert [name for name, _ in seen].count("list_files") == 1
 
-    thread = slack.wait_for(lambda: [m for m in slack.thread(CHANNEL, card.ts) if "Results" in block_text(m)])
-    assert "deleted build/app.o" in block_text(thread[0])
-    updated = slack.wait_for(lambda: slack.message(CHANNEL, card.ts) if "Completed" in block_text(slack.message(CHANNEL, card.ts)) else None)
+    reply = reply_containing(slack, card.ts, "Results")
+    assert "deleted build/app.o" in block_text(reply)
+    updated = card_showing(slack, card.ts, "Completed")
     assert action_blocks(updated) == []
     assert "<@UALICE>" in block_text(updated)
