@@ -50,8 +50,11 @@ def arguments_text(arguments: dict[str, Any], limit: int = SECTION_TEXT) -> str:
     fence = "```"
     room = limit - 2 * len(fence) - 2
     if len(body) > room:
-        note = f"\n… ({len(body) - room + 40} more characters not shown)"
-        body = body[: room - len(note)] + note
+        # The note's own length depends on the count it states; settle it in two passes.
+        note = f"\n… ({len(body)} more characters not shown)"
+        kept = room - len(note)
+        note = f"\n… ({len(body) - kept} more characters not shown)"
+        body = body[:kept] + note
     return f"{fence}\n{body}\n{fence}"
 
 

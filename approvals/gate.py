@@ -40,7 +40,7 @@ class Gate:
             return None
         try:
             return self.summary.format_map(arguments)
-        except (KeyError, IndexError, ValueError, AttributeError):
+        except (KeyError, IndexError, ValueError, AttributeError, TypeError):
             return self.summary
 
 

@@ -175,6 +175,14 @@ def _get(data: Any, name: str, kind: type | tuple[type, ...], optional: bool = F
     return value
 
 
+def _time(data: Any, name: str) -> float:
+    value = _get(data, name, (int, float))
+    try:
+        return float(value)
+    except OverflowError:
+        raise CorruptRecord(f"field {name!r} is out of range") from None
+
+
 def _enum(enum: type[Status] | type[DecisionKind], raw: Any) -> Any:
     try:
         return enum(raw)
@@ -186,7 +194,6 @@ def approval_from_parts(
     record: Any, status: Any, card_ts: Any, decision: Any, result: Any
 ) -> Approval:
     """Build an ``Approval`` from its stored parts (already JSON-decoded)."""
-    number = (int, float)
     return Approval(
         id=_get(record, "id", str),
         agent=_get(record, "agent", str),
@@ -209,7 +216,7 @@ def approval_from_parts(
         chain_limit=_get(record, "chain_limit", int),
         parent_id=_get(record, "parent_id", str, optional=True),
         thread_ts=_get(record, "thread_ts", str, optional=True),
-        created_at=float(_get(record, "created_at", number)),
+        created_at=_time(record, "created_at"),
         status=_enum(Status, status),
         card_ts=card_ts if isinstance(card_ts, str) else None,
         decision=None if decision is None else _decision_from_dict(decision),
@@ -221,7 +228,7 @@ def _decision_from_dict(data: Any) -> Decision:
     return Decision(
         kind=_enum(DecisionKind, _get(data, "kind", str)),
         actor=_get(data, "actor", str),
-        at=float(_get(data, "at", (int, float))),
+        at=_time(data, "at"),
         reason=_get(data, "reason", str, optional=True),
         actor_name=_get(data, "actor_name", str, optional=True),
         arguments=_get(data, "arguments", dict, optional=True),

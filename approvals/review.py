@@ -12,7 +12,8 @@ from typing import Any
 
 import redis
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+from jsonschema.exceptions import SchemaError, UnknownType
+from referencing.exceptions import Unresolvable
 
 from approvals import queue, store
 from approvals.config import Settings
@@ -40,18 +41,19 @@ def validate_arguments(schema: dict[str, Any], arguments: Any) -> None:
     """Check edited arguments against the tool's JSON schema; ``InvalidArguments`` if not."""
     errors: dict[str, str] = {}
     try:
+        Draft202012Validator.check_schema(schema)
         found = sorted(Draft202012Validator(schema).iter_errors(arguments), key=str)
-    except SchemaError as exc:  # a tool whose schema is itself broken cannot be edited safely
-        raise InvalidArguments({"_": f"the tool's schema is invalid: {exc.message}"}) from None
+    except (SchemaError, UnknownType, Unresolvable) as exc:  # a broken schema cannot be checked
+        raise InvalidArguments({"_": f"the tool's schema is invalid: {exc}"}) from None
     for error in found:
         if error.path:
-            name = str(error.path[0])
+            errors.setdefault(str(error.path[0]), error.message)
         elif error.validator == "required" and isinstance(error.instance, dict):
-            missing = [p for p in error.validator_value if p not in error.instance]
-            name = str(missing[0]) if missing else "_"
+            for missing in error.validator_value:
+                if missing not in error.instance:
+                    errors.setdefault(str(missing), f"{missing!r} is a required property")
         else:
-            name = "_"
-        errors.setdefault(name, error.message)
+            errors.setdefault("_", error.message)
     if errors:
         raise InvalidArguments(errors)
 

@@ -125,8 +125,8 @@ def load(conn: redis.Redis, approval_id: str) -> Approval:
 
 
 def _from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
-    fields = {k.decode(): v for k, v in raw.items()}
     try:
+        fields = {k.decode(): v for k, v in raw.items()}
         approval = approval_from_parts(
             record=_json(fields.get("record")),
             status=_text(fields.get("status")),

@@ -63,7 +63,12 @@ def _import(ref: ToolRef) -> Callable[..., Any]:
             target = getattr(target, part)
     except (ImportError, AttributeError, ValueError) as exc:
         raise ResumeError(f"cannot import tool {ref.name} from {ref.path}: {exc}") from None
-    schema = describe_tool(target).input_schema
+    if not callable(target) or isinstance(target, type):
+        raise ResumeError(f"{ref.path} is not a tool function")
+    try:
+        schema = describe_tool(target).input_schema
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ResumeError(f"{ref.path} is not a tool function: {exc}") from None
     if schema != ref.schema:
         raise ResumeError(
             f"tool {ref.name} ({ref.path}) changed its arguments since the pause; "

@@ -1,0 +1,395 @@
+"""The approval card and its thread messages: pure Block Kit, asserted as plain dicts."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from approvals.cards import (
+    APPROVE_ACTION,
+    EDIT_ACTION,
+    REJECT_ACTION,
+    arguments_text,
+    build_card,
+    build_card_text,
+    build_decision_message,
+    build_result_messages,
+    edit_diff,
+)
+from approvals.limits import FIELD_TEXT, HEADER_TEXT, MESSAGE_BLOCKS, SECTION_TEXT
+from approvals.models import DecisionKind, RunResult, SiblingResult, Status
+from tests.factories import make_approval, make_decided, make_decision
+
+
+def _of_type(blocks, kind):
+    return [b for b in blocks if b["type"] == kind]
+
+
+def _texts(blocks):
+    """Every text string in the blocks, flattened."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("text"), str):
+                found.append(node["text"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(blocks)
+    return "\n".join(found)
+
+
+def _assert_within_slack_limits(blocks):
+    """The limits Slack enforces on a message: block count and text lengths per block type."""
+    assert len(blocks) <= MESSAGE_BLOCKS
+    for block in blocks:
+        if block["type"] == "header":
+            assert len(block["text"]["text"]) <= HEADER_TEXT
+        if block["type"] == "section":
+            if "text" in block:
+                assert len(block["text"]["text"]) <= SECTION_TEXT
+            for field in block.get("fields", []):
+                assert len(field["text"]) <= FIELD_TEXT
+        if block["type"] == "context":
+            assert len(block["elements"]) <= 10
+            for element in block["elements"]:
+                assert len(element["text"]) <= SECTION_TEXT
+
+
+# --- the card ----------------------------------------------------------------------------------
+
+
+def test_card_header_names_the_tool():
+    """The header says an approval is needed, and for which tool."""
+    header = build_card(make_approval())[0]
+    assert header == {
+        "type": "header",
+        "text": {"type": "plain_text", "text": "Approval needed: delete_path"},
+    }
+
+
+def test_card_shows_the_summary_in_bold():
+    """The gate's summary is the first thing under the header."""
+    blocks = build_card(make_approval(summary="Delete build/app.o"))
+    assert blocks[1] == {
+        "type": "section",
+        "text": {"type": "mrkdwn", "text": "*Delete build/app.o*"},
+    }
+
+
+def test_card_fields_name_agent_tool_and_requester():
+    """Agent, tool and who asked are shown as fields; the requester as a mention."""
+    blocks = build_card(make_approval(requested_by="UREQ"))
+    fields = next(b["fields"] for b in blocks if "fields" in b)
+    assert [f["text"] for f in fields] == [
+        "*Agent*\ncleanup-bot",
+        "*Tool*\n`delete_path`",
+        "*Requested by*\n<@UREQ>",
+    ]
+
+
+def test_card_without_a_requester_has_two_fields():
+    """No requester, no requester field."""
+    fields = next(b["fields"] for b in build_card(make_approval()) if "fields" in b)
+    assert len(fields) == 2
+
+
+def test_card_shows_the_arguments_in_a_code_block():
+    """The proposed arguments are pretty JSON inside a code block."""
+    approval = make_approval(arguments={"path": "build/app.o", "recursive": True})
+    blocks = build_card(approval)
+    code = [b for b in blocks if b.get("text", {}).get("text", "").startswith("```")]
+    assert len(code) == 1
+    text = code[0]["text"]["text"]
+    assert text.endswith("```")
+    assert json.loads(text.strip("`\n")) == {"path": "build/app.o", "recursive": True}
+
+
+def test_card_lists_siblings_that_already_ran():
+    """Calls of the same turn that already ran are shown in a context block, on one line each."""
+    approval = make_approval(
+        siblings=[
+            SiblingResult("list_files", '["build/app.o",\n"build/app"]'),
+            SiblingResult("read_file", "contents"),
+        ]
+    )
+    contexts = _of_type(build_card(approval), "context")
+    text = contexts[0]["elements"][0]["text"]
+    assert text.startswith("Already ran this turn:")
+    assert '• `list_files` → ["build/app.o", "build/app"]' in text
+    assert "• `read_file` → contents" in text
+
+
+def test_card_without_siblings_has_no_sibling_context():
+    """No siblings, no "Already ran" line."""
+    assert "Already ran" not in _texts(build_card(make_approval()))
+
+
+def test_pending_card_has_one_actions_block_with_three_buttons():
+    """While pending: Approve, Reject and Edit, each carrying only the approval id."""
+    approval = make_approval()
+    actions = _of_type(build_card(approval), "actions")
+    assert len(actions) == 1
+    buttons = actions[0]["elements"]
+    assert [b["text"]["text"] for b in buttons] == ["Approve", "Reject", "Edit"]
+    assert {b["value"] for b in buttons} == {approval.id}
+    assert [b["action_id"] for b in buttons] == [APPROVE_ACTION, REJECT_ACTION, EDIT_ACTION]
+    assert len({b["action_id"] for b in buttons}) == 3
+
+
+def test_approve_button_asks_for_confirmation():
+    """Approve needs a second click that names the tool; Reject and Edit open modals instead."""
+    buttons = _of_type(build_card(make_approval()), "actions")[0]["elements"]
+    assert "delete_path" in buttons[0]["confirm"]["text"]["text"]
+    assert buttons[0]["style"] == "primary"
+    assert buttons[1]["style"] == "danger"
+
+
+def test_pending_card_says_it_is_waiting():
+    """A pending card says it waits for a decision."""
+    assert "Waiting for a decision" in _texts(build_card(make_approval()))
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        Status.APPROVED,
+        Status.EDITED,
+        Status.REJECTED,
+        Status.RUNNING,
+        Status.COMPLETED,
+        Status.FAILED,
+        Status.PAUSED,
+    ],
+)
+def test_decided_card_has_no_buttons(status):
+    """Once decided, the buttons are gone, so nobody can click again."""
+    blocks = build_card(make_decided(status))
+    assert _of_type(blocks, "actions") == []
+
+
+@pytest.mark.parametrize(
+    ("actor", "shown"), [("UALICE", "<@UALICE>"), ("cli:alice", "alice (CLI)")]
+)
+def test_decided_card_says_who_decided(actor, shown):
+    """The state line names the decider: a Slack mention, or the CLI login."""
+    approval = make_approval(
+        status=Status.APPROVED, decision=make_decision(DecisionKind.APPROVE, actor)
+    )
+    state = _of_type(build_card(approval), "context")[-1]["elements"][0]["text"]
+    assert state.startswith(":white_check_mark: Approved · approved by ")
+    assert shown in state
+
+
+def test_rejected_card_shows_the_reason():
+    """A rejection reason is shown on the card."""
+    approval = make_approval(
+        status=Status.REJECTED,
+        decision=make_decision(DecisionKind.REJECT, "UBOB", reason="wrong folder"),
+    )
+    state = _texts(build_card(approval))
+    assert "rejected by <@UBOB>" in state
+    assert state.endswith(": wrong folder")
+
+
+def test_failed_card_shows_the_error():
+    """A failed run shows its error on the card."""
+    state = _texts(build_card(make_decided(Status.FAILED)))
+    assert ":x: Failed" in state
+    assert "ResumeError: tool vanished" in state
+
+
+def test_each_revision_of_the_state_has_its_own_block_id():
+    """The state block's id changes with the status, so Slack redraws it."""
+    ids = {
+        _of_type(build_card(make_decided(s)), "context")[-1]["block_id"]
+        for s in (Status.APPROVED, Status.RUNNING, Status.COMPLETED)
+    }
+    assert len(ids) == 3
+
+
+def test_huge_arguments_are_cut_to_fit_with_a_note():
+    """100 KB of arguments: every text fits Slack's limits, and the card says what was cut."""
+    approval = make_approval(arguments={"path": "build/app.o", "content": "x" * 100_000})
+    blocks = build_card(approval)
+    _assert_within_slack_limits(blocks)
+    code = next(b for b in blocks if b.get("text", {}).get("text", "").startswith("```"))
+    text = code["text"]["text"]
+    assert text.endswith("```")
+    assert re.search(r"\(\d+ more characters not shown\)", text)
+    assert '"path": "build/app.o"' in text
+
+
+def test_the_note_counts_the_characters_not_shown():
+    """The number in the note is exactly how many characters of the JSON were left out."""
+    arguments = {"content": "x" * 100_000}
+    body = json.dumps(arguments, indent=2)
+    inner = arguments_text(arguments)[len("```\n") : -len("\n```")]
+    note = re.search(r"\n… \((\d+) more characters not shown\)$", inner)
+    assert note is not None
+    shown = inner[: note.start()]
+    assert body.startswith(shown)
+    assert int(note.group(1)) == len(body) - len(shown)
+
+
+def test_everything_long_is_cut_to_fit():
+    """Long names, summaries, sibling outputs and reasons never push a text past Slack's limits."""
+    approval = make_approval(
+        agent="a" * 5000,
+        tool_name="t" * 500,
+        summary="s" * 5000,
+        requested_by="U" * 3000,
+        arguments={"k" * 4000: "v"},
+        siblings=[SiblingResult("n" * 400, "o" * 5000) for _ in range(15)],
+        status=Status.FAILED,
+        decision=make_decision(DecisionKind.REJECT, reason="r" * 5000),
+        result=RunResult(Status.FAILED, error="e" * 5000),
+    )
+    _assert_within_slack_limits(build_card(approval))
+    assert len(build_card_text(approval)) <= 3000
+
+
+def test_card_text_says_what_the_agent_wants():
+    """The notification text names agent, tool and state."""
+    assert build_card_text(make_approval()) == (
+        "cleanup-bot wants to run delete_path: :hourglass_flowing_sand: Waiting for a decision"
+    )
+
+
+# --- thread messages ----------------------------------------------------------------------------
+
+
+def test_decision_message_keeps_the_mention_and_reason_intact():
+    """The thread reply names the decider with a working mention and quotes the reason as typed."""
+    approval = make_approval(
+        status=Status.REJECTED,
+        decision=make_decision(DecisionKind.REJECT, "UALICE", reason="Use the CI cache"),
+    )
+    text = build_decision_message(approval)[0]["text"]["text"]
+    assert text.startswith("Rejected by <@UALICE> ")
+    assert text.endswith(": Use the CI cache")
+
+
+def test_decision_message_for_an_edit_shows_the_diff():
+    """An edit's thread reply carries the diff of what changed."""
+    approval = make_approval(
+        status=Status.EDITED,
+        decision=make_decision(DecisionKind.EDIT, arguments={"path": "build/tmp.o"}),
+    )
+    blocks = build_decision_message(approval)
+    assert len(blocks) == 2
+    assert blocks[0]["text"]["text"].startswith("Approved with edits by ")
+    assert blocks[1]["text"]["text"] == edit_diff(approval)
+
+
+def test_decision_message_for_an_approval_has_no_diff():
+    """A plain approval is a single line."""
+    approval = make_approval(status=Status.APPROVED, decision=make_decision())
+    assert len(build_decision_message(approval)) == 1
+
+
+def test_edit_diff_shows_old_and_new_lines():
+    """Only changed arguments appear, old value with -, new value with +."""
+    approval = make_approval(
+        arguments={"path": "build/app.o", "recursive": False},
+        decision=make_decision(
+            DecisionKind.EDIT, arguments={"path": "build/tmp.o", "recursive": False}
+        ),
+    )
+    assert edit_diff(approval) == '```\n- path: "build/app.o"\n+ path: "build/tmp.o"\n```'
+
+
+def test_edit_diff_shows_added_and_removed_arguments():
+    """An argument added or dropped by the edit shows null on the side it is missing."""
+    approval = make_approval(
+        arguments={"path": "a", "old": 1},
+        decision=make_decision(DecisionKind.EDIT, arguments={"path": "a", "new": True}),
+    )
+    assert edit_diff(approval).splitlines()[1:-1] == [
+        "- new: null",
+        "+ new: true",
+        "- old: 1",
+        "+ old: null",
+    ]
+
+
+def test_edit_diff_without_changes_says_so():
+    """An edit that changed nothing says "(no change)"."""
+    approval = make_approval(
+        decision=make_decision(DecisionKind.EDIT, arguments={"path": "build/app.o"})
+    )
+    assert edit_diff(approval) == "```\n(no change)\n```"
+
+
+def test_result_messages_of_a_long_answer_fit_and_lose_nothing():
+    """A 20,000-character answer is split into sections of at most 3000 characters, in order."""
+    answer = "".join(chr(ord("a") + i % 26) for i in range(20_000))
+    approval = make_decided(Status.COMPLETED)
+    approval.result = RunResult(Status.COMPLETED, text=answer)
+
+    messages = build_result_messages(approval)
+
+    assert len(messages) == 1
+    blocks = messages[0]
+    assert blocks[0] == {
+        "type": "context",
+        "elements": [{"type": "mrkdwn", "text": ":checkered_flag: Final answer"}],
+    }
+    sections = blocks[1:]
+    assert len(sections) > 1
+    assert all(len(s["text"]["text"]) <= SECTION_TEXT for s in sections)
+    assert "".join(s["text"]["text"] for s in sections) == answer
+
+
+def test_a_very_long_answer_spreads_over_several_messages():
+    """An answer too long for one message goes out as several, each within the block limit."""
+    answer = "y" * 200_000
+    approval = make_decided(Status.COMPLETED)
+    approval.result = RunResult(Status.COMPLETED, text=answer)
+
+    messages = build_result_messages(approval)
+
+    assert len(messages) > 1
+    for blocks in messages:
+        _assert_within_slack_limits(blocks)
+    sections = [b for blocks in messages for b in blocks if b["type"] == "section"]
+    assert "".join(s["text"]["text"] for s in sections) == answer
+
+
+def test_result_message_of_an_empty_answer_says_so():
+    """A run that ends without text still gets a visible reply."""
+    approval = make_decided(Status.COMPLETED)
+    approval.result = RunResult(Status.COMPLETED, text=None)
+    assert "(no text)" in _texts(build_result_messages(approval))
+
+
+def test_result_message_of_a_failed_run_shows_the_error():
+    """A failed run's reply quotes the error."""
+    messages = build_result_messages(make_decided(Status.FAILED))
+    assert messages == [
+        [
+            {
+                "type": "section",
+                "text": {
+                    "type": "mrkdwn",
+                    "text": ":x: The run failed: ResumeError: tool vanished",
+                },
+            }
+        ]
+    ]
+
+
+def test_result_message_of_a_paused_run_points_to_the_next_card():
+    """A run that paused again says so."""
+    assert "paused again" in _texts(build_result_messages(make_decided(Status.PAUSED)))
+
+
+def test_no_result_no_messages():
+    """Before the run ends there is nothing to post."""
+    assert build_result_messages(make_approval()) == []

@@ -1,0 +1,185 @@
+"""The gate: a gated tool pauses llm's chain unless its own call id was released."""
+
+from __future__ import annotations
+
+import json
+
+import llm
+import pytest
+
+from approvals.gate import Gate, gate_of, released, requires_approval
+from approvals.tools import describe_tool
+
+
+@requires_approval(channel="C0OPS", summary="Remove {path}")
+def remove(path: str, force: bool = False) -> str:
+    """Remove a file."""
+    return f"removed {path}" + (" (forced)" if force else "")
+
+
+@requires_approval
+def traced(note: str, llm_tool_call: llm.ToolCall | None = None) -> str:
+    """Return the id of the call that ran it."""
+    assert llm_tool_call is not None
+    return f"{note}:{llm_tool_call.tool_call_id}"
+
+
+def look(path: str) -> str:
+    """Look at a file (not gated)."""
+    return f"looked at {path}"
+
+
+def _call(call_id: str | None, name: str = "remove", **arguments) -> llm.ToolCall:
+    return llm.ToolCall(name=name, arguments=arguments, tool_call_id=call_id)
+
+
+def test_gated_tool_keeps_its_name_and_docstring():
+    """Decorating does not change what the model sees the tool called or described as."""
+    assert remove.__name__ == "remove"
+    assert remove.__doc__ == "Remove a file."
+    tool = describe_tool(remove)
+    assert tool.name == "remove"
+    assert tool.description == "Remove a file."
+
+
+def test_gated_tool_schema_has_exactly_the_original_parameters():
+    """The model is offered the tool's own arguments, never llm_tool_call."""
+    schema = describe_tool(remove).input_schema
+    assert schema == describe_tool(remove.__wrapped__).input_schema
+    assert set(schema["properties"]) == {"path", "force"}
+    assert schema["required"] == ["path"]
+
+
+def test_a_tool_declaring_llm_tool_call_keeps_it_out_of_its_schema():
+    """A tool that asks for the ToolCall itself still shows only its own arguments."""
+    assert set(describe_tool(traced).input_schema["properties"]) == {"note"}
+
+
+def test_calling_without_a_tool_call_pauses():
+    """A direct call with no ToolCall never runs the tool."""
+    with pytest.raises(llm.PauseChain, match="remove needs approval"):
+        remove("build/app.o")
+
+
+def test_calling_with_an_unreleased_id_pauses():
+    """A call whose id nobody released pauses the chain."""
+    with pytest.raises(llm.PauseChain):
+        remove(path="build/app.o", llm_tool_call=_call("tc_1", path="build/app.o"))
+
+
+def test_calling_with_a_released_id_runs():
+    """Inside released({id}) the call with that id runs, with its arguments."""
+    with released({"tc_1"}):
+        result = remove(path="build/app.o", force=True, llm_tool_call=_call("tc_1"))
+    assert result == "removed build/app.o (forced)"
+
+
+def test_released_lets_through_only_its_own_ids():
+    """Another call id, or a call without an id, still pauses inside released()."""
+    with released({"tc_1"}):
+        with pytest.raises(llm.PauseChain):
+            remove(path="build", llm_tool_call=_call("tc_2"))
+        with pytest.raises(llm.PauseChain):
+            remove(path="build", llm_tool_call=_call(None))
+
+
+def test_release_ends_with_the_block():
+    """After the released() block, the same id pauses again."""
+    with released({"tc_1"}):
+        remove(path="build", llm_tool_call=_call("tc_1"))
+    with pytest.raises(llm.PauseChain):
+        remove(path="build", llm_tool_call=_call("tc_1"))
+
+
+def test_released_blocks_nest_and_restore():
+    """An inner released() replaces the set, and leaving it restores the outer one."""
+    with released({"tc_1"}):
+        with released({"tc_2"}), pytest.raises(llm.PauseChain):
+            remove(path="build", llm_tool_call=_call("tc_1"))
+        assert remove(path="build", llm_tool_call=_call("tc_1")) == "removed build"
+
+
+def test_a_tool_that_declares_llm_tool_call_receives_it():
+    """A gated tool asking for llm_tool_call gets the very ToolCall that was released."""
+    with released({"tc_9"}):
+        assert traced(note="hi", llm_tool_call=_call("tc_9", name="traced")) == "hi:tc_9"
+
+
+def test_describe_fills_the_summary_with_the_arguments():
+    """The card's one-liner names the real arguments."""
+    assert Gate(summary="Delete {path}").describe({"path": "build/app.o"}) == "Delete build/app.o"
+
+
+@pytest.mark.parametrize(
+    ("summary", "arguments"),
+    [
+        ("Delete {path}", {}),
+        ("Delete {0}", {"path": "x"}),
+        ("Delete {path", {"path": "x"}),
+        ("Delete {path.name}", {"path": "x"}),
+        ("Delete {paths[3]}", {"paths": ["a"]}),
+        ("Pay {amount:.2f}", {"amount": "twelve"}),
+    ],
+)
+def test_describe_falls_back_to_the_template(summary, arguments):
+    """When the arguments do not fit the template, the template is shown as is."""
+    assert Gate(summary=summary).describe(arguments) == summary
+
+
+@pytest.mark.parametrize(
+    ("summary", "arguments"),
+    [
+        ("Pay {amount:.2f}", {"amount": None}),
+        ("Email {to[address]}", {"to": "bob@example.com"}),
+    ],
+)
+def test_describe_falls_back_when_an_argument_has_an_unexpected_type(summary, arguments):
+    """A model-chosen argument type that the template cannot format still gives the template."""
+    assert Gate(summary=summary).describe(arguments) == summary
+
+
+def test_describe_without_a_summary_is_none():
+    """A gate with no summary describes nothing."""
+    assert Gate().describe({"path": "x"}) is None
+
+
+def test_gate_of_reads_the_options():
+    """gate_of returns the options given to the decorator, and defaults for the bare form."""
+    assert gate_of(remove) == Gate(channel="C0OPS", summary="Remove {path}")
+    assert gate_of(traced) == Gate()
+
+
+def test_gate_of_a_plain_function_is_none():
+    """Plain functions, and objects with a look-alike attribute, are not gated."""
+    assert gate_of(look) is None
+
+    def fake():
+        pass
+
+    fake.__approval_gate__ = "not a gate"
+    assert gate_of(fake) is None
+
+
+def test_an_echo_chain_pauses_at_the_gated_call():
+    """A real llm chain stops at the gated tool: the sibling before it ran, the gated one not."""
+    model = llm.get_model("echo")
+    prompt = json.dumps(
+        {
+            "prompt": "tidy up",
+            "tool_calls": [
+                {"name": "look", "arguments": {"path": "build/app.o"}},
+                {"name": "remove", "arguments": {"path": "build/app.o"}},
+            ],
+        }
+    )
+    chain = model.chain(prompt, tools=[look, remove])
+
+    with pytest.raises(llm.PauseChain) as info:
+        chain.text()
+
+    pause = info.value
+    assert pause.tool_call is not None
+    assert pause.tool_call.name == "remove"
+    assert pause.tool_call.arguments == {"path": "build/app.o"}
+    assert pause.tool_call.tool_call_id
+    assert [(r.name, r.output) for r in pause.tool_results] == [("look", "looked at build/app.o")]

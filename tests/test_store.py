@@ -1,0 +1,282 @@
+"""The Redis store, against a private real redis-server (one fresh database per test)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from approvals import store
+from approvals.config import Settings
+from approvals.errors import CorruptRecord, UnknownApproval
+from approvals.models import Status
+from tests.factories import CREATED_AT, make_approval
+
+HISTORY = [
+    {"role": "user", "parts": [{"type": "text", "text": "Tidy the build folder"}]},
+    {"role": "assistant", "parts": [{"type": "tool_call", "name": "delete_path"}]},
+]
+
+
+@pytest.fixture
+def settings(env):
+    return Settings.from_env()
+
+
+def _create(conn, **overrides):
+    approval = make_approval(**overrides)
+    store.create(conn, approval, HISTORY).execute()
+    return approval
+
+
+def test_connect_reaches_the_configured_database(settings, conn):
+    """connect() talks to the database named by REDIS_URL."""
+    client = store.connect(settings)
+    client.set("probe", "1")
+    assert conn.get("probe") == b"1"
+    client.close()
+
+
+def test_create_is_not_written_until_executed(conn):
+    """create() only queues the writes: nothing exists until the caller executes the pipeline."""
+    approval = make_approval()
+    pipe = store.create(conn, approval, HISTORY)
+    assert conn.dbsize() == 0
+    pipe.execute()
+    assert store.load(conn, approval.id) == approval
+
+
+def test_create_then_load_and_history(conn):
+    """A created approval loads back as pending, with the history it was saved with."""
+    approval = _create(conn)
+    loaded = store.load(conn, approval.id)
+    assert loaded == approval
+    assert loaded.status is Status.PENDING
+    assert store.load_history(conn, approval.id) == HISTORY
+
+
+def test_pending_lists_newest_first(conn):
+    """The pending list shows the newest approval first, and honours the limit."""
+    for n in range(3):
+        _create(conn, id=f"id{n}", created_at=CREATED_AT + n)
+    assert [a.id for a in store.pending(conn)] == ["id2", "id1", "id0"]
+    assert [a.id for a in store.pending(conn, limit=2)] == ["id2", "id1"]
+    assert store.pending_count(conn) == 3
+
+
+def test_pending_is_empty_on_a_fresh_database(conn):
+    """With nothing waiting, the list is empty and the count zero."""
+    assert store.pending(conn) == []
+    assert store.pending_count(conn) == 0
+
+
+def test_pending_skips_a_corrupt_record(conn):
+    """One unreadable record does not hide the other pending approvals."""
+    _create(conn, id="good", created_at=CREATED_AT)
+    _create(conn, id="bad", created_at=CREATED_AT + 1)
+    conn.hset(store.approval_key("bad"), "record", "{not json")
+    assert [a.id for a in store.pending(conn)] == ["good"]
+
+
+def test_transition_from_pending_succeeds_once(conn):
+    """The first decision wins; the second is told the status and who decided."""
+    approval = _create(conn)
+    first = store.transition(conn, approval.id, Status.APPROVED, {"decided_by": "UALICE"})
+    assert first == store.TransitionResult(ok=True, previous="pending", decided_by=None)
+
+    second = store.transition(conn, approval.id, Status.REJECTED, {"decided_by": "UBOB"})
+    assert second == store.TransitionResult(ok=False, previous="approved", decided_by="UALICE")
+
+    assert store.load(conn, approval.id).status is Status.APPROVED
+    assert conn.hget(store.approval_key(approval.id), "decided_by") == b"UALICE"
+
+
+def test_transition_writes_its_fields_with_the_status(conn):
+    """Fields passed to a winning transition are stored with it."""
+    approval = _create(conn)
+    decision = json.dumps({"kind": "reject", "actor": "UALICE", "at": CREATED_AT + 60})
+    store.transition(conn, approval.id, Status.REJECTED, {"decision": decision})
+    loaded = store.load(conn, approval.id)
+    assert loaded.status is Status.REJECTED
+    assert loaded.decision is not None and loaded.decision.actor == "UALICE"
+
+
+def test_transition_from_a_wrong_status_changes_nothing(conn):
+    """A move the table forbids (pending → running) leaves the hash and the index untouched."""
+    approval = _create(conn)
+    key = store.approval_key(approval.id)
+    before = conn.hgetall(key)
+
+    result = store.transition(conn, approval.id, Status.RUNNING, {"started_by": "worker"})
+
+    assert result.ok is False
+    assert result.previous == "pending"
+    assert conn.hgetall(key) == before
+    assert store.pending_count(conn) == 1
+
+
+def test_transition_of_an_unknown_approval_reports_nothing_found(conn):
+    """Transitioning an id that does not exist fails with no previous status and creates nothing."""
+    result = store.transition(conn, "nope", Status.APPROVED, {"decided_by": "UALICE"})
+    assert result == store.TransitionResult(ok=False, previous="", decided_by=None)
+    assert conn.exists(store.approval_key("nope")) == 0
+
+
+def test_leaving_pending_removes_it_from_the_pending_index(conn):
+    """Once decided, an approval is no longer listed or counted as pending."""
+    keep = _create(conn, id="keep", created_at=CREATED_AT)
+    decided = _create(conn, id="decided", created_at=CREATED_AT + 1)
+    store.transition(conn, decided.id, Status.EDITED, {"decided_by": "UALICE"})
+    assert [a.id for a in store.pending(conn)] == [keep.id]
+    assert store.pending_count(conn) == 1
+
+
+def test_a_full_run_follows_the_table(conn):
+    """pending → approved → running → completed, and a completed approval moves no further."""
+    approval = _create(conn)
+    assert store.transition(conn, approval.id, Status.APPROVED).ok
+    assert store.transition(conn, approval.id, Status.RUNNING).ok
+    assert not store.transition(conn, approval.id, Status.RUNNING).ok  # resumed at most once
+    assert store.transition(conn, approval.id, Status.COMPLETED).ok
+    assert not store.transition(conn, approval.id, Status.FAILED).ok
+    assert store.load(conn, approval.id).status is Status.COMPLETED
+
+
+def test_twenty_racing_deciders_have_exactly_one_winner(settings, conn):
+    """Concurrent clicks: exactly one transition succeeds and every loser is told who won."""
+    approval = _create(conn)
+    client = store.connect(settings)
+    start = threading.Barrier(20)
+    results = [None] * 20
+
+    def decide(i):
+        start.wait()
+        results[i] = store.transition(client, approval.id, Status.APPROVED, {"decided_by": f"U{i}"})
+
+    threads = [threading.Thread(target=decide, args=(i,)) for i in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    client.close()
+
+    winners = [i for i, r in enumerate(results) if r.ok]
+    assert len(winners) == 1
+    winner = f"U{winners[0]}"
+    assert conn.hget(store.approval_key(approval.id), "decided_by") == winner.encode()
+    losers = [r for r in results if not r.ok]
+    assert all(r.previous == "approved" and r.decided_by == winner for r in losers)
+
+
+def test_set_card_records_the_first_card_only(conn):
+    """The card's ts is recorded once; a second post does not overwrite it."""
+    approval = _create(conn)
+    assert store.set_card(conn, approval.id, "1700000001.000100") is True
+    assert store.set_card(conn, approval.id, "1700000002.000200") is False
+    assert store.load(conn, approval.id).card_ts == "1700000001.000100"
+
+
+def test_claim_is_once_only_until_released(conn):
+    """A flag can be claimed once; after release it can be claimed again."""
+    approval = _create(conn)
+    assert store.claim(conn, approval.id, "result_published") is True
+    assert store.claim(conn, approval.id, "result_published") is False
+    store.release(conn, approval.id, "result_published")
+    assert store.claim(conn, approval.id, "result_published") is True
+
+
+def test_flags_do_not_disturb_loading(conn):
+    """Claim flags live in the same hash without breaking load()."""
+    approval = _create(conn)
+    store.claim(conn, approval.id, "result_published")
+    assert store.load(conn, approval.id) == approval
+
+
+def test_audit_trail_is_oldest_first(conn):
+    """The audit trail starts with the pause and lists later events in order, details as text."""
+    approval = _create(conn)
+    store.audit(conn, approval.id, "approved", "UALICE", reason="", arguments={"path": "x"})
+    store.audit(conn, approval.id, "resume_started", "worker")
+
+    trail = store.audit_trail(conn, approval.id)
+
+    assert [(e["event"], e["actor"]) for e in trail] == [
+        ("paused", "cleanup-bot"),
+        ("approved", "UALICE"),
+        ("resume_started", "worker"),
+    ]
+    assert trail[0]["tool"] == "delete_path"
+    assert json.loads(trail[1]["arguments"]) == {"path": "x"}
+    assert trail[1]["reason"] == ""
+    assert all(float(e["at"]) > 0 for e in trail)
+
+
+def test_audit_trail_of_an_unknown_approval_is_empty(conn):
+    """An approval that never existed has no audit events."""
+    assert store.audit_trail(conn, "nope") == []
+
+
+def test_load_of_an_unknown_id_raises_unknown_approval(conn):
+    """Loading an id that does not exist raises UnknownApproval naming it."""
+    with pytest.raises(UnknownApproval) as info:
+        store.load(conn, "nope")
+    assert info.value.approval_id == "nope"
+
+
+def test_load_of_garbage_json_is_corrupt(conn):
+    """A hash whose record is not JSON is refused."""
+    conn.hset(store.approval_key("x"), mapping={"record": "{not json", "status": "pending"})
+    with pytest.raises(CorruptRecord):
+        store.load(conn, "x")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("record", None),
+        ("record", "[]"),
+        ("status", None),
+        ("status", "on hold"),
+        ("status", b"\xff\xfe"),
+        ("decision", "[1, 2"),
+        ("result", '"completed"'),
+    ],
+)
+def test_load_of_a_damaged_hash_is_corrupt(conn, name, value):
+    """A hash with a missing or bad record, status, decision or result is refused."""
+    approval = make_approval()
+    mapping = {"record": json.dumps(approval.record()), "status": "pending", name: value}
+    conn.hset(
+        store.approval_key(approval.id), mapping={k: v for k, v in mapping.items() if v is not None}
+    )
+    with pytest.raises(CorruptRecord):
+        store.load(conn, approval.id)
+
+
+def test_load_of_a_record_stored_under_another_id_is_corrupt(conn):
+    """A hash holding the record of a different approval is refused."""
+    approval = make_approval(id="other")
+    conn.hset(
+        store.approval_key("mine"),
+        mapping={"record": json.dumps(approval.record()), "status": "pending"},
+    )
+    with pytest.raises(CorruptRecord):
+        store.load(conn, "mine")
+
+
+def test_load_of_a_hash_with_a_non_utf8_field_name_is_corrupt(conn):
+    """Undecodable bytes anywhere in the hash are refused as CorruptRecord."""
+    approval = _create(conn)
+    conn.hset(store.approval_key(approval.id), b"\xff", b"1")
+    with pytest.raises(CorruptRecord):
+        store.load(conn, approval.id)
+
+
+@pytest.mark.parametrize("stored", [None, "{not json", '{"role": "user"}', "[1, 2]"])
+def test_load_history_of_a_missing_or_malformed_history_is_corrupt(conn, stored):
+    """A history that is absent, not JSON, or not a list of messages is refused."""
+    if stored is not None:
+        conn.set(store.history_key("x"), stored)
+    with pytest.raises(CorruptRecord):
+        store.load_history(conn, "x")
