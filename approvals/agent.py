@@ -22,7 +22,7 @@ from approvals import queue, store
 from approvals.config import Settings
 from approvals.errors import ConfigError
 from approvals.gate import gate_of, released
-from approvals.models import Approval, DecisionKind, SiblingResult
+from approvals.models import Approval, Decision, DecisionKind, SiblingResult
 from approvals.plugins import SyncModel, load_plugins, resolve_model
 from approvals.tools import describe_tool, import_tools, tool_refs
 
@@ -103,7 +103,16 @@ def run_agent(
     return _drive(chain, context)
 
 
-def resume(conn: redis.Redis, settings: Settings, approval: Approval) -> Outcome:
+@dataclass(frozen=True)
+class Resumed:
+    """How a resume ended, and what the gated call actually ran with and returned."""
+
+    outcome: Outcome
+    executed_arguments: dict[str, Any] | None = None
+    tool_output: str | None = None
+
+
+def resume(conn: redis.Redis, settings: Settings, approval: Approval) -> Resumed:
     """Continue a decided approval's chain from its saved history (called by the worker).
 
     Raises:
@@ -114,24 +123,28 @@ def resume(conn: redis.Redis, settings: Settings, approval: Approval) -> Outcome
     history = [Message.from_dict(m) for m in store.load_history(conn, approval.id)]  # type: ignore[arg-type]
     tools = import_tools(approval.tools)
     model = resolve_model(approval.model_id)
+    ran: dict[str, Any] = {}
 
     def before_call(tool: llm.Tool | None, call: llm.ToolCall) -> None:
         if call.tool_call_id != approval.tool_call_id:
             return
-        if decision.kind is DecisionKind.REJECT:
-            raise llm.CancelToolCall(
-                rejection_text(decision.actor_name or decision.actor, decision.reason)
-            )
+        refused = refusal_text(decision)
+        if refused is not None:
+            raise llm.CancelToolCall(refused)
         if decision.kind is DecisionKind.EDIT and decision.arguments is not None:
             # Reassign, never mutate: the dict is shared with the saved history.
             call.arguments = dict(decision.arguments)
 
     def after_call(tool: llm.Tool, call: llm.ToolCall, result: llm.ToolResult) -> None:
-        if call.tool_call_id == approval.tool_call_id and decision.kind is DecisionKind.EDIT:
+        if call.tool_call_id != approval.tool_call_id:
+            return
+        ran.update(arguments=dict(call.arguments), output=result.output)
+        if decision.kind is DecisionKind.EDIT:
             # The model is told the truth: it did not run what it proposed.
-            result.output = edit_note(
+            note = edit_note(
                 decision.actor_name or decision.actor, approval.arguments, call.arguments
-            ) + (result.output)
+            )
+            result.output = note + result.output
 
     context = _RunContext(
         conn=conn,
@@ -153,14 +166,26 @@ def resume(conn: redis.Redis, settings: Settings, approval: Approval) -> Outcome
         before_call=before_call,
         after_call=after_call,
     )
-    release = [] if decision.kind is DecisionKind.REJECT else [approval.tool_call_id]
+    release: dict[str, str | None] = {}
+    if decision.kind.runs_tool:
+        release[approval.tool_call_id] = None
+    elif decision.kind is DecisionKind.RESPOND:
+        release[approval.tool_call_id] = decision.response or ""
     with released(release):
-        return _drive(chain, context)
+        outcome = _drive(chain, context)
+    if not decision.kind.runs_tool:
+        return Resumed(outcome, tool_output=ran.get("output"))
+    return Resumed(outcome, ran.get("arguments"), ran.get("output"))
 
 
-def rejection_text(actor: str, reason: str | None) -> str:
-    """What the model receives instead of the tool's result (llm prefixes ``Cancelled: ``)."""
-    return f"rejected by {actor}: {reason}" if reason else f"rejected by {actor}"
+def refusal_text(decision: Decision) -> str | None:
+    """What the model receives instead of running the tool (llm prefixes ``Cancelled: ``)."""
+    who = decision.actor_name or decision.actor
+    if decision.kind is DecisionKind.REJECT:
+        return f"rejected by {who}: {decision.reason}" if decision.reason else f"rejected by {who}"
+    if decision.kind is DecisionKind.EXPIRE:
+        return "the approval expired without a decision; the tool was not executed"
+    return None
 
 
 def edit_note(actor: str, proposed: dict[str, Any], approved: dict[str, Any]) -> str:
@@ -227,9 +252,20 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         chain_limit=context.chain_limit,
         parent_id=context.parent_id,
         thread_ts=context.thread_ts,
+        policy=gate.policy,
     )
+    approval.expires_at = approval.created_at + (gate.expires_in or context.settings.expires_in)
+    # One transaction: the approval exists with its card job and its expiry, or not at all.
     pipe = store.create(context.conn, approval, history)
     queue.enqueue_card(context.conn, context.settings, approval.id, pipeline=pipe)
+    queue.schedule_expiry(
+        context.conn,
+        context.settings,
+        approval.id,
+        approval.created_at,
+        approval.expires_at,
+        pipeline=pipe,
+    )
     pipe.execute()
     return approval.id
 

@@ -1,8 +1,8 @@
 """What an approval looks like in Slack: pure Block Kit builders, no I/O.
 
-Both the bot (after a click) and the worker (after a run) redraw the same card, so the card
-and its thread messages are built here, from the approval alone. Action ids are constants
-that the bot's listeners register against.
+Both the bot (after a click) and the worker (after a run or an expiry) redraw the same card,
+so the card and its thread messages are built here, from the approval alone. Action ids are
+constants that the bot's listeners register against.
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import json
 from typing import Any
 
 from approvals.limits import FIELD_TEXT, HEADER_TEXT, SECTION_TEXT, truncate
-from approvals.models import Approval, DecisionKind, Status
+from approvals.models import Approval, DecisionKind, OnReject, Status
 
 APPROVE_ACTION = "approval_approve"
 REJECT_ACTION = "approval_reject"
 EDIT_ACTION = "approval_edit"
+RESPOND_ACTION = "approval_respond"
 
 Block = dict[str, Any]
 
@@ -24,10 +25,20 @@ _STATUS_LINE = {
     Status.APPROVED: ":white_check_mark: Approved",
     Status.EDITED: ":pencil2: Approved with edits",
     Status.REJECTED: ":no_entry: Rejected",
+    Status.RESPONDED: ":speech_balloon: Answered by a reviewer",
+    Status.EXPIRED: ":alarm_clock: Expired without a decision",
     Status.RUNNING: ":gear: Running",
     Status.COMPLETED: ":checkered_flag: Completed",
     Status.PAUSED: ":double_vertical_bar: Paused again for another approval",
     Status.FAILED: ":x: Failed",
+}
+
+_VERB = {
+    DecisionKind.APPROVE: "approved",
+    DecisionKind.EDIT: "approved with edits",
+    DecisionKind.REJECT: "rejected",
+    DecisionKind.RESPOND: "answered instead of the tool",
+    DecisionKind.EXPIRE: "expired",
 }
 
 
@@ -37,11 +48,29 @@ def person(actor: str | None) -> str:
         return "someone"
     if actor.startswith("cli:"):
         return f"{actor[4:]} (CLI)"
+    if actor == "system":
+        return "the expiry timer"
     return f"<@{actor}>"
+
+
+def slack_date(epoch: float) -> str:
+    """A date Slack shows in each reader's own time zone."""
+    return f"<!date^{int(epoch)}^{{date_short_pretty}} {{time}}|{int(epoch)}>"
 
 
 def _md(text: str, limit: int = SECTION_TEXT) -> Block:
     return {"type": "mrkdwn", "text": truncate(text, limit)}
+
+
+def _section(text: str) -> Block:
+    return {"type": "section", "text": _md(text)}
+
+
+def _context(text: str, block_id: str | None = None) -> Block:
+    block: Block = {"type": "context", "elements": [_md(text)]}
+    if block_id:
+        block["block_id"] = block_id
+    return block
 
 
 def arguments_text(arguments: dict[str, Any], limit: int = SECTION_TEXT) -> str:
@@ -65,23 +94,36 @@ def build_card(approval: Approval) -> list[Block]:
         {"type": "header", "text": {"type": "plain_text", "text": truncate(title, HEADER_TEXT)}},
     ]
     if approval.summary:
-        blocks.append({"type": "section", "text": _md(f"*{approval.summary}*")})
+        blocks.append(_section(f"*{approval.summary}*"))
+    blocks.append({"type": "section", "fields": _fields(approval)})
+    blocks.append(_section(arguments_text(approval.arguments)))
+    if approval.siblings:
+        ran = "\n".join(
+            f"• `{s.name}` → {truncate(s.output.replace(chr(10), ' '), 200)}"
+            for s in approval.siblings[:10]
+        )
+        blocks.append(_context(f"Already ran this turn:\n{ran}"))
+    decision = approval.decision
+    if decision is not None and decision.kind is DecisionKind.EDIT:
+        blocks.append(_section(f"*Edited before running:*\n{edit_diff(approval)}"))
+    blocks.extend(_state_blocks(approval))
+    return blocks
+
+
+def _fields(approval: Approval) -> list[Block]:
     fields = [
         _md(f"*Agent*\n{approval.agent}", FIELD_TEXT),
         _md(f"*Tool*\n`{approval.tool_name}`", FIELD_TEXT),
     ]
     if approval.requested_by:
         fields.append(_md(f"*Requested by*\n{person(approval.requested_by)}", FIELD_TEXT))
-    blocks.append({"type": "section", "fields": fields})
-    blocks.append({"type": "section", "text": _md(arguments_text(approval.arguments))})
-    if approval.siblings:
-        ran = "\n".join(
-            f"• `{s.name}` → {truncate(s.output.replace(chr(10), ' '), 200)}"
-            for s in approval.siblings[:10]
-        )
-        blocks.append({"type": "context", "elements": [_md(f"Already ran this turn:\n{ran}")]})
-    blocks.extend(_state_blocks(approval))
-    return blocks
+    if approval.status is Status.PENDING and approval.expires_at:
+        fields.append(_md(f"*Expires*\n{slack_date(approval.expires_at)}", FIELD_TEXT))
+    required = approval.policy.approvals_required
+    if required > 1:
+        who = ", ".join(person(v) for v in approval.votes) or "none yet"
+        fields.append(_md(f"*Approvals*\n{len(approval.votes)} of {required} ({who})", FIELD_TEXT))
+    return fields
 
 
 def build_card_text(approval: Approval) -> str:
@@ -92,35 +134,29 @@ def build_card_text(approval: Approval) -> str:
     )
 
 
-def build_buttons(approval: Approval) -> Block:
-    """Approve / Reject / Edit for one approval; the value carries only its id."""
-    return {
-        "type": "actions",
-        "block_id": f"decide-{approval.id}",
-        "elements": [
-            {
-                "type": "button",
-                "action_id": APPROVE_ACTION,
-                "text": {"type": "plain_text", "text": "Approve"},
-                "style": "primary",
-                "value": approval.id,
-                "confirm": _confirm("Approve?", f"Run `{approval.tool_name}` now?", "Approve"),
-            },
-            {
-                "type": "button",
-                "action_id": REJECT_ACTION,
-                "text": {"type": "plain_text", "text": "Reject"},
-                "style": "danger",
-                "value": approval.id,
-            },
-            {
-                "type": "button",
-                "action_id": EDIT_ACTION,
-                "text": {"type": "plain_text", "text": "Edit"},
-                "value": approval.id,
-            },
-        ],
+def _button(action: str, label: str, approval: Approval, style: str | None = None) -> Block:
+    button: Block = {
+        "type": "button",
+        "action_id": action,
+        "text": {"type": "plain_text", "text": label},
+        "value": approval.id,
     }
+    if style:
+        button["style"] = style
+    return button
+
+
+def build_buttons(approval: Approval) -> Block:
+    """The decision buttons for one approval; each value carries only its id."""
+    approve = _button(APPROVE_ACTION, "Approve", approval, "primary")
+    approve["confirm"] = _confirm("Approve?", f"Run `{approval.tool_name}` now?", "Approve")
+    elements = [approve, _button(REJECT_ACTION, "Reject", approval, "danger")]
+    # A quorum is about approving the call as proposed: no single person edits or answers.
+    if approval.policy.approvals_required == 1:
+        if approval.editable:
+            elements.append(_button(EDIT_ACTION, "Edit", approval))
+        elements.append(_button(RESPOND_ACTION, "Respond", approval))
+    return {"type": "actions", "block_id": f"decide-{approval.id}", "elements": elements}
 
 
 def _confirm(title: str, text: str, confirm: str) -> Block:
@@ -134,58 +170,78 @@ def _confirm(title: str, text: str, confirm: str) -> Block:
 
 def _state_blocks(approval: Approval) -> list[Block]:
     if approval.status is Status.PENDING:
-        return [
-            {"type": "context", "elements": [_md(_STATUS_LINE[Status.PENDING])]},
-            build_buttons(approval),
-        ]
+        return [_context(_STATUS_LINE[Status.PENDING]), build_buttons(approval)]
     # A fresh block_id per revision, so Slack never keeps stale interactive state.
-    return [
-        {
-            "type": "context",
-            "block_id": f"state-{approval.id}-{approval.status.value}",
-            "elements": [_md(describe_state(approval))],
-        }
-    ]
+    return [_context(describe_state(approval), f"state-{approval.id}-{approval.status.value}")]
 
 
 def describe_state(approval: Approval) -> str:
     """One line saying where the approval stands and who decided."""
     line = _STATUS_LINE[approval.status]
-    decision = approval.decision
-    if decision is not None:
+    if approval.decision is not None:
         line += f" · {decision_line(approval)}"
+    if _stopped(approval):
+        line += "\nThe run was stopped here, as the tool's gate asks (on_reject=stop)."
     result = approval.result
     if result is not None and result.error:
         line += f"\n{truncate(result.error, 500)}"
     return line
 
 
+def _stopped(approval: Approval) -> bool:
+    return (
+        approval.status in (Status.REJECTED, Status.EXPIRED)
+        and approval.policy.on_reject is OnReject.STOP
+    )
+
+
 def decision_line(approval: Approval) -> str:
+    """Who decided what, and when (empty while nobody has)."""
     decision = approval.decision
     if decision is None:
         return ""
-    verb = {
-        DecisionKind.APPROVE: "approved",
-        DecisionKind.EDIT: "approved with edits",
-        DecisionKind.REJECT: "rejected",
-    }[decision.kind]
-    when = f"<!date^{int(decision.at)}^{{date_short_pretty}} {{time}}|{int(decision.at)}>"
-    text = f"{verb} by {person(decision.actor)} {when}"
+    if decision.kind is DecisionKind.EXPIRE:
+        return f"expired {slack_date(decision.at)}"
+    voters = approval.votes if len(approval.votes) > 1 else (decision.actor,)
+    text = f"{_VERB[decision.kind]} by {', '.join(person(v) for v in voters)}"
+    text += f" {slack_date(decision.at)}"
     if decision.reason:
         text += f": {decision.reason}"
     return text
 
 
 def build_decision_message(approval: Approval) -> list[Block]:
-    """The thread reply that records a decision (and, for edits, what changed)."""
+    """The thread reply that records a decision (with the edit's diff or the response)."""
     decision = approval.decision
     assert decision is not None
     line = decision_line(approval)
-    text = line[:1].upper() + line[1:]
-    blocks: list[Block] = [{"type": "section", "text": _md(text)}]
+    blocks: list[Block] = [_section(line[:1].upper() + line[1:])]
     if decision.kind is DecisionKind.EDIT and decision.arguments is not None:
-        blocks.append({"type": "section", "text": _md(edit_diff(approval))})
+        blocks.append(_section(edit_diff(approval)))
+    if decision.kind is DecisionKind.RESPOND and decision.response is not None:
+        blocks.append(_section(f"The agent receives:\n>{truncate(decision.response, 2900)}"))
+    if _stopped(approval):
+        blocks.append(_context("The run stops here: the agent is not resumed."))
     return blocks
+
+
+def build_vote_message(approval: Approval) -> list[Block]:
+    """The thread reply when an approval counts toward a quorum that is not complete yet."""
+    required = approval.policy.approvals_required
+    voter = approval.votes[-1] if approval.votes else None
+    return [
+        _section(f"{person(voter)} approved: {len(approval.votes)} of {required} approvals so far.")
+    ]
+
+
+def build_warning_message(approval: Approval) -> list[Block]:
+    """The thread reminder posted some time before an undecided approval expires."""
+    return [
+        _section(
+            f":warning: Nobody has decided yet. This request expires "
+            f"{slack_date(approval.expires_at)}; then the tool will not run."
+        )
+    ]
 
 
 def edit_diff(approval: Approval) -> str:
@@ -201,28 +257,28 @@ def edit_diff(approval: Approval) -> str:
     return "```\n" + truncate("\n".join(lines) or "(no change)", SECTION_TEXT - 10) + "\n```"
 
 
+def _chunks(text: str, size: int = SECTION_TEXT - 100) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
 def build_result_messages(approval: Approval) -> list[list[Block]]:
-    """The thread replies for a finished run: the final answer, split to fit, or the error."""
+    """The thread replies for a finished run: what the tool returned, then the outcome."""
     result = approval.result
     if result is None:
         return []
-    if result.status is Status.FAILED:
-        return [[{"type": "section", "text": _md(f":x: The run failed: {result.error}")}]]
-    if result.status is Status.PAUSED:
-        return [
-            [
-                {
-                    "type": "section",
-                    "text": _md(
-                        ":double_vertical_bar: The agent paused again; the next approval is below."
-                    ),
-                }
-            ]
-        ]
-    answer = result.text or "(no text)"
-    chunks = [answer[i : i + SECTION_TEXT - 100] for i in range(0, len(answer), SECTION_TEXT - 100)]
     messages: list[list[Block]] = []
-    for start in range(0, len(chunks), 40):
-        messages.append([{"type": "section", "text": _md(c)} for c in chunks[start : start + 40]])
-    messages[0].insert(0, {"type": "context", "elements": [_md(":checkered_flag: Final answer")]})
+    if result.executed_arguments is not None and result.tool_output is not None:
+        output = truncate(result.tool_output, SECTION_TEXT - 200)
+        messages.append([_section(f"`{approval.tool_name}` ran and returned:\n```\n{output}\n```")])
+    if result.status is Status.FAILED:
+        messages.append([_section(f":x: The run failed: {result.error}")])
+    elif result.status is Status.PAUSED:
+        messages.append(
+            [_section(":double_vertical_bar: The agent paused again; the next approval is below.")]
+        )
+    else:
+        chunks = _chunks(result.text or "(no text)")
+        answer = [[_section(c) for c in chunks[i : i + 40]] for i in range(0, len(chunks), 40)]
+        answer[0].insert(0, _context(":checkered_flag: Final answer"))
+        messages.extend(answer)
     return messages

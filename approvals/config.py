@@ -31,6 +31,22 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
 
 
+def _number(
+    env: Mapping[str, str], name: str, default: float, low: float, high: float | None = None
+) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if value < low or (high is not None and value > high):
+        limits = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ConfigError(f"{name} must be {limits}, got {raw!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """Configuration shared by every process; build it with ``Settings.from_env()``."""
@@ -42,6 +58,11 @@ class Settings:
     slack_api_url: str = DEFAULT_SLACK_API_URL
     channel: str | None = None
     approvers: tuple[str, ...] = ()
+    approver_groups: tuple[str, ...] = ()
+    #: Seconds an approval waits before it expires, unless its gate says otherwise.
+    expires_in: float = 24 * 3600
+    #: How early the expiry warning is posted, as a fraction of the waiting window.
+    warn_before: float = 0.1
     #: Upper bound on model responses per run or resume, so a runaway agent stops.
     chain_limit: int = 25
     queue: str = "approvals"
@@ -68,6 +89,9 @@ class Settings:
             slack_api_url=_with_slash(env.get("SLACK_API_URL") or DEFAULT_SLACK_API_URL),
             channel=env.get("APPROVALS_CHANNEL") or None,
             approvers=_csv(env.get("APPROVERS")),
+            approver_groups=_csv(env.get("APPROVER_GROUPS")),
+            expires_in=_number(env, "APPROVALS_EXPIRES_IN", 24 * 3600, low=1),
+            warn_before=_number(env, "APPROVALS_WARN_BEFORE", 0.1, low=0, high=0.99),
             chain_limit=_int(env, "APPROVALS_CHAIN_LIMIT", 25),
             queue=env.get("APPROVALS_QUEUE") or "approvals",
             llm_plugins=_csv(env.get("APPROVALS_LLM_PLUGINS")),

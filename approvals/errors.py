@@ -7,6 +7,7 @@ ApprovalsError
 ├── CorruptRecord        the stored record is not what this version wrote
 ├── NotAllowed           the actor may not decide this approval
 ├── AlreadyDecided       someone decided first (carries who and what)
+├── AlreadyVoted         this person already approved; the quorum needs others
 ├── InvalidArguments     edited arguments do not match the tool's JSON schema
 └── ResumeError          the worker cannot resume (tool not importable, model unknown...)
 """
@@ -51,6 +52,17 @@ class AlreadyDecided(ApprovalsError):
         self.approval_id = approval_id
         self.status = status
         self.decided_by = decided_by
+
+
+class AlreadyVoted(ApprovalsError):
+    """The actor already approved; the quorum still needs other people."""
+
+    def __init__(self, approval_id: str, count: int, required: int) -> None:
+        super().__init__(
+            f"you already approved {approval_id}; {count} of {required} approvals so far"
+        )
+        self.count = count
+        self.required = required
 
 
 class InvalidArguments(ApprovalsError):

@@ -1,38 +1,43 @@
 """The gate: ``@requires_approval`` marks a tool whose calls wait for a person.
 
-A gated tool raises ``llm.PauseChain`` unless its call was approved. The decision is keyed by
-the call's ``tool_call_id`` (llm hands it to tools that declare ``llm_tool_call``), never by
-argument values, so an approval can only ever release the one call it was given for.
+A gated tool raises ``llm.PauseChain`` unless its call was released by a decision. Decisions
+are keyed by the call's ``tool_call_id`` (llm hands it to tools that declare ``llm_tool_call``),
+never by argument values, so an approval can only ever release the one call it was made for.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 import llm
+
+from approvals.models import OnReject, Policy
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 GATE_ATTRIBUTE = "__approval_gate__"
 
-#: Tool call ids the running resume may execute; llm runs sync tools in the caller's context.
-_released: ContextVar[frozenset[str]] = ContextVar("approvals_released", default=frozenset())
+#: Calls the running resume may complete: id → None (run the tool) or the reviewer's response
+#: (return it instead of running). llm runs sync tools in the caller's context.
+_released: ContextVar[Mapping[str, str | None] | None] = ContextVar(
+    "approvals_released", default=None
+)
 
 
 @dataclass(frozen=True)
 class Gate:
-    """How a gated tool asks for approval."""
+    """How a gated tool asks for approval (see ``requires_approval`` for each option)."""
 
-    #: Channel for this tool's cards, instead of ``APPROVALS_CHANNEL``.
     channel: str | None = None
-    #: One line for the card, formatted with the call's arguments: ``"Delete {path}"``.
     summary: str | None = None
+    expires_in: float | None = None
+    policy: Policy = field(default_factory=Policy)
 
     def describe(self, arguments: dict[str, Any]) -> str | None:
         """The summary with the arguments filled in; the raw template if they do not fit."""
@@ -48,20 +53,68 @@ class Gate:
 def requires_approval(fn: F) -> F: ...
 @overload
 def requires_approval(
-    *, channel: str | None = None, summary: str | None = None
+    *,
+    channel: str | None = None,
+    summary: str | None = None,
+    editable: Iterable[str] | None = None,
+    reason_required: bool = False,
+    on_reject: str = "resume",
+    expires_in: float | None = None,
+    approvers: Iterable[str] | None = None,
+    approver_groups: Iterable[str] | None = None,
+    allow_self_approval: bool = False,
+    approvals_required: int = 1,
 ) -> Callable[[F], F]: ...
 
 
 def requires_approval(
-    fn: F | None = None, *, channel: str | None = None, summary: str | None = None
+    fn: F | None = None,
+    *,
+    channel: str | None = None,
+    summary: str | None = None,
+    editable: Iterable[str] | None = None,
+    reason_required: bool = False,
+    on_reject: str = "resume",
+    expires_in: float | None = None,
+    approvers: Iterable[str] | None = None,
+    approver_groups: Iterable[str] | None = None,
+    allow_self_approval: bool = False,
+    approvals_required: int = 1,
 ) -> F | Callable[[F], F]:
     """Mark a tool as needing approval; usable bare or with options.
 
     Args:
         channel: post this tool's cards to this channel id instead of ``APPROVALS_CHANNEL``.
         summary: a one-line description for the card, e.g. ``"Delete {path}"``.
+        editable: the arguments a reviewer may edit (default: all).
+        reason_required: a rejection must say why.
+        on_reject: ``"resume"`` (the model is told and re-plans) or ``"stop"`` (the run ends).
+            Also applies when the approval expires.
+        expires_in: seconds until an undecided approval expires (default
+            ``APPROVALS_EXPIRES_IN``, 24 h).
+        approvers, approver_groups: Slack user ids / user group ids allowed to decide,
+            instead of ``APPROVERS`` / ``APPROVER_GROUPS``.
+        allow_self_approval: the person the agent acts for (``requested_by``) may decide.
+        approvals_required: distinct approvals needed; one rejection still ends it.
     """
-    gate = Gate(channel=channel, summary=summary)
+    if approvals_required < 1:
+        raise ValueError("approvals_required must be at least 1")
+    if expires_in is not None and expires_in <= 0:
+        raise ValueError("expires_in must be a positive number of seconds")
+    gate = Gate(
+        channel=channel,
+        summary=summary,
+        expires_in=expires_in,
+        policy=Policy(
+            approvers=None if approvers is None else tuple(approvers),
+            approver_groups=None if approver_groups is None else tuple(approver_groups),
+            allow_self_approval=allow_self_approval,
+            approvals_required=approvals_required,
+            editable=None if editable is None else tuple(editable),
+            reason_required=reason_required,
+            on_reject=OnReject(on_reject),
+        ),
+    )
 
     def decorate(func: F) -> F:
         return _gated(func, gate)
@@ -76,9 +129,12 @@ def gate_of(tool: Any) -> Gate | None:
 
 
 @contextmanager
-def released(tool_call_ids: Iterable[str]) -> Iterator[None]:
-    """Let gated calls with these ids run inside the block (used when resuming)."""
-    token = _released.set(frozenset(tool_call_ids))
+def released(calls: Mapping[str, str | None]) -> Iterator[None]:
+    """Inside the block, let these gated calls complete (used when resuming).
+
+    Each id maps to None (run the tool) or to a reviewer's response (return it, run nothing).
+    """
+    token = _released.set(dict(calls))
     try:
         yield
     finally:
@@ -92,8 +148,12 @@ def _gated(func: F, gate: Gate) -> F:
     @functools.wraps(func)
     def gated(*args: Any, llm_tool_call: llm.ToolCall | None = None, **kwargs: Any) -> Any:
         call_id = llm_tool_call.tool_call_id if llm_tool_call is not None else None
-        if call_id is None or call_id not in _released.get():
+        release = _released.get() or {}
+        if call_id is None or call_id not in release:
             raise llm.PauseChain(f"{func.__name__} needs approval")
+        response = release[call_id]
+        if response is not None:
+            return response
         if wants_call:
             kwargs["llm_tool_call"] = llm_tool_call
         return func(*args, **kwargs)

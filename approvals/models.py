@@ -1,16 +1,18 @@
 """The approval record and its state machine.
 
-An approval is one paused tool call waiting for a person. Its life::
+An approval is one paused tool call waiting for people. Its life::
 
-                 ┌──────────► approved ──┐
-    pending ─────┼──────────► edited ────┼──► running ──┬──► completed
-                 └──────────► rejected ──┘              ├──► paused     (the resumed agent paused
-                                                        │                again: a new approval)
-                                                        └──► failed
+                 ┌──► approved ──┐
+                 ├──► edited ────┤
+    pending ─────┼──► responded ─┼──► running ──┬──► completed
+                 ├──► rejected ──┤              ├──► paused     (the resumed agent paused
+                 └──► expired ───┘              │                again: a new approval)
+                                                └──► failed
 
-``TRANSITIONS`` is the only statement of which moves are legal; ``store.transition`` applies
-one atomically (a compare-and-set in Redis), so two clicks can never both leave ``pending``.
-Records are JSON; ``from_dict`` checks every field because Redis is a trust boundary.
+A rejected or expired approval whose gate says ``on_reject="stop"`` is never resumed: its run
+ends there. ``TRANSITIONS`` is the only statement of which moves are legal; ``store`` applies
+them atomically (a compare-and-set in Redis), so two clicks can never both leave ``pending``.
+Records are JSON; loading checks every field because Redis is a trust boundary.
 """
 
 from __future__ import annotations
@@ -28,20 +30,22 @@ class Status(StrEnum):
     APPROVED = "approved"
     EDITED = "edited"
     REJECTED = "rejected"
+    RESPONDED = "responded"
+    EXPIRED = "expired"
     RUNNING = "running"
     COMPLETED = "completed"
     PAUSED = "paused"
     FAILED = "failed"
 
 
-DECIDED = frozenset({Status.APPROVED, Status.EDITED, Status.REJECTED})
+DECIDED = frozenset(
+    {Status.APPROVED, Status.EDITED, Status.REJECTED, Status.RESPONDED, Status.EXPIRED}
+)
 FINISHED = frozenset({Status.COMPLETED, Status.PAUSED, Status.FAILED})
 
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.PENDING: DECIDED,
-    Status.APPROVED: frozenset({Status.RUNNING}),
-    Status.EDITED: frozenset({Status.RUNNING}),
-    Status.REJECTED: frozenset({Status.RUNNING}),
+    **{decided: frozenset({Status.RUNNING}) for decided in DECIDED},
     Status.RUNNING: FINISHED,
     Status.COMPLETED: frozenset(),
     Status.PAUSED: frozenset(),
@@ -58,6 +62,10 @@ class DecisionKind(StrEnum):
     APPROVE = "approve"
     EDIT = "edit"
     REJECT = "reject"
+    #: The reviewer wrote the tool's result; the tool does not run.
+    RESPOND = "respond"
+    #: Nobody decided in time (the actor is ``system``).
+    EXPIRE = "expire"
 
     @property
     def status(self) -> Status:
@@ -65,7 +73,39 @@ class DecisionKind(StrEnum):
             DecisionKind.APPROVE: Status.APPROVED,
             DecisionKind.EDIT: Status.EDITED,
             DecisionKind.REJECT: Status.REJECTED,
+            DecisionKind.RESPOND: Status.RESPONDED,
+            DecisionKind.EXPIRE: Status.EXPIRED,
         }[self]
+
+    @property
+    def runs_tool(self) -> bool:
+        """Whether the gated tool runs after this decision."""
+        return self in (DecisionKind.APPROVE, DecisionKind.EDIT)
+
+
+class OnReject(StrEnum):
+    #: The model is told and the chain resumes, so the agent can re-plan.
+    RESUME = "resume"
+    #: The run ends where it paused.
+    STOP = "stop"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Who may decide and how, copied from the tool's gate at the pause.
+
+    ``None`` means "the deployment's default" (``APPROVERS``, ``APPROVER_GROUPS``), read when
+    someone decides, so changing the defaults applies to approvals already waiting.
+    """
+
+    approvers: tuple[str, ...] | None = None
+    approver_groups: tuple[str, ...] | None = None
+    allow_self_approval: bool = False
+    approvals_required: int = 1
+    #: Arguments a reviewer may edit; ``None`` means all of them.
+    editable: tuple[str, ...] | None = None
+    reason_required: bool = False
+    on_reject: OnReject = OnReject.RESUME
 
 
 @dataclass(frozen=True)
@@ -96,6 +136,8 @@ class Decision:
     actor_name: str | None = None
     #: The arguments approved to run; for ``edit`` they differ from the proposed ones.
     arguments: dict[str, Any] | None = None
+    #: For ``respond``: the text the model receives instead of the tool's result.
+    response: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +148,9 @@ class RunResult:
     text: str | None = None
     error: str | None = None
     next_approval_id: str | None = None
+    #: What actually ran for the gated call, and what it returned (None: it did not run).
+    executed_arguments: dict[str, Any] | None = None
+    tool_output: str | None = None
 
 
 @dataclass
@@ -128,10 +173,15 @@ class Approval:
     #: Thread the card belongs in: set when a resumed agent pauses again.
     thread_ts: str | None = None
     created_at: float = field(default_factory=time.time)
+    #: When nobody deciding makes it ``expired`` (epoch seconds).
+    expires_at: float = 0.0
+    policy: Policy = field(default_factory=Policy)
     status: Status = Status.PENDING
     card_ts: str | None = None
     decision: Decision | None = None
     result: RunResult | None = None
+    #: Everyone who approved, in order (several when the gate requires a quorum).
+    votes: tuple[str, ...] = ()
 
     @property
     def tool(self) -> ToolRef:
@@ -144,9 +194,17 @@ class Approval:
     def record(self) -> dict[str, Any]:
         """The immutable part, as JSON-ready data (status, card, decision, result live apart)."""
         data = asdict(self)
-        for mutable in ("status", "card_ts", "decision", "result"):
+        for mutable in ("status", "card_ts", "decision", "result", "votes"):
             data.pop(mutable)
+        data["policy"]["on_reject"] = self.policy.on_reject.value
         return data
+
+    @property
+    def editable(self) -> list[str]:
+        """The argument names a reviewer may change."""
+        names = list(self.tool.schema.get("properties", {}) or self.arguments)
+        allowed = self.policy.editable
+        return names if allowed is None else [n for n in names if n in allowed]
 
 
 def decision_to_dict(decision: Decision) -> dict[str, Any]:
@@ -183,7 +241,7 @@ def _time(data: Any, name: str) -> float:
         raise CorruptRecord(f"field {name!r} is out of range") from None
 
 
-def _enum(enum: type[Status] | type[DecisionKind], raw: Any) -> Any:
+def _enum(enum: type[StrEnum], raw: Any) -> Any:
     try:
         return enum(raw)
     except ValueError:
@@ -191,7 +249,7 @@ def _enum(enum: type[Status] | type[DecisionKind], raw: Any) -> Any:
 
 
 def approval_from_parts(
-    record: Any, status: Any, card_ts: Any, decision: Any, result: Any
+    record: Any, status: Any, card_ts: Any, decision: Any, result: Any, votes: Any = None
 ) -> Approval:
     """Build an ``Approval`` from its stored parts (already JSON-decoded)."""
     return Approval(
@@ -217,10 +275,39 @@ def approval_from_parts(
         parent_id=_get(record, "parent_id", str, optional=True),
         thread_ts=_get(record, "thread_ts", str, optional=True),
         created_at=_time(record, "created_at"),
+        expires_at=_time(record, "expires_at"),
+        policy=_policy_from_dict(_get(record, "policy", dict)),
         status=_enum(Status, status),
         card_ts=card_ts if isinstance(card_ts, str) else None,
         decision=None if decision is None else _decision_from_dict(decision),
         result=None if result is None else _result_from_dict(result),
+        votes=_strings(votes, "votes") if votes is not None else (),
+    )
+
+
+def _strings(value: Any, name: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CorruptRecord(f"field {name!r} must be a list of strings")
+    return tuple(value)
+
+
+def _optional_strings(data: Any, name: str) -> tuple[str, ...] | None:
+    value = _get(data, name, list, optional=True)
+    return None if value is None else _strings(value, name)
+
+
+def _policy_from_dict(data: Any) -> Policy:
+    required = _get(data, "approvals_required", int)
+    if required < 1:
+        raise CorruptRecord("approvals_required must be at least 1")
+    return Policy(
+        approvers=_optional_strings(data, "approvers"),
+        approver_groups=_optional_strings(data, "approver_groups"),
+        allow_self_approval=_get(data, "allow_self_approval", bool),
+        approvals_required=required,
+        editable=_optional_strings(data, "editable"),
+        reason_required=_get(data, "reason_required", bool),
+        on_reject=_enum(OnReject, _get(data, "on_reject", str)),
     )
 
 
@@ -232,6 +319,7 @@ def _decision_from_dict(data: Any) -> Decision:
         reason=_get(data, "reason", str, optional=True),
         actor_name=_get(data, "actor_name", str, optional=True),
         arguments=_get(data, "arguments", dict, optional=True),
+        response=_get(data, "response", str, optional=True),
     )
 
 
@@ -241,4 +329,6 @@ def _result_from_dict(data: Any) -> RunResult:
         text=_get(data, "text", str, optional=True),
         error=_get(data, "error", str, optional=True),
         next_approval_id=_get(data, "next_approval_id", str, optional=True),
+        executed_arguments=_get(data, "executed_arguments", dict, optional=True),
+        tool_output=_get(data, "tool_output", str, optional=True),
     )

@@ -7,6 +7,7 @@ Jobs use RQ's JSON serializer: nothing is ever unpickled from Redis.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -19,6 +20,8 @@ POST_CARD = "worker.jobs.post_card"
 RESUME = "worker.jobs.resume_approval"
 PUBLISH = "worker.jobs.publish_result"
 ANNOUNCE = "worker.jobs.announce_decision"
+EXPIRE = "worker.jobs.expire_approval"
+WARN = "worker.jobs.warn_expiry"
 
 #: Slack may be briefly unreachable or throttling: retry posting with growing pauses.
 _SLACK_RETRY = Retry(max=6, interval=[1, 2, 5, 10, 30, 60])
@@ -66,3 +69,30 @@ def enqueue_announce(conn: redis.Redis, settings: Settings, approval_id: str) ->
         job_timeout=60,
         at_front=True,
     )
+
+
+def schedule_expiry(
+    conn: redis.Redis,
+    settings: Settings,
+    approval_id: str,
+    created_at: float,
+    expires_at: float,
+    pipeline: Any = None,
+) -> None:
+    """Schedule the expiry, and the warning before it, as RQ jobs kept in Redis.
+
+    They live in RQ's scheduled-job registry, not in a process, so they fire on time even
+    when every bot and worker restarted in between (a worker runs the scheduler).
+    """
+    queue = get_queue(conn, settings)
+    at = datetime.fromtimestamp(expires_at, tz=UTC)
+    queue.enqueue_at(at, EXPIRE, approval_id, job_id=f"expire-{approval_id}", pipeline=pipeline)
+    warn_at = expires_at - settings.warn_before * (expires_at - created_at)
+    if settings.warn_before > 0 and warn_at > created_at:
+        queue.enqueue_at(
+            datetime.fromtimestamp(warn_at, tz=UTC),
+            WARN,
+            approval_id,
+            job_id=f"warn-{approval_id}",
+            pipeline=pipeline,
+        )

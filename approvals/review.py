@@ -1,13 +1,14 @@
 """Deciding an approval: who may, what is valid, and the one atomic step that records it.
 
-The bot's buttons and modals and the CLI's ``approve``/``reject`` all call ``decide``, so a
-decision has the same rules and the same effects wherever it comes from.
+The bot's buttons and modals, the CLI's ``approve``/``reject`` and the expiry job all come
+through here, so a decision has the same rules and the same effects wherever it comes from.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Collection
 from typing import Any
 
 import redis
@@ -17,24 +18,66 @@ from referencing.exceptions import Unresolvable
 
 from approvals import queue, store
 from approvals.config import Settings
-from approvals.errors import AlreadyDecided, InvalidArguments, NotAllowed, UnknownApproval
-from approvals.models import Approval, Decision, DecisionKind, decision_to_dict
+from approvals.errors import (
+    AlreadyDecided,
+    AlreadyVoted,
+    InvalidArguments,
+    NotAllowed,
+    UnknownApproval,
+)
+from approvals.models import (
+    Approval,
+    Decision,
+    DecisionKind,
+    OnReject,
+    Status,
+    decision_to_dict,
+)
 
 CLI_ACTOR_PREFIX = "cli:"
+SYSTEM_ACTOR = "system"
+
+#: Resolves a Slack user group id to its members (the bot passes a cached Slack lookup).
+GroupMembers = Callable[[str], Collection[str]]
 
 
-def may_decide(settings: Settings, actor: str) -> bool:
-    """Approvers from ``APPROVERS``; anyone when unset; CLI users (they hold Redis access)."""
+def _no_groups(group_id: str) -> Collection[str]:
+    return ()
+
+
+def refusal(
+    settings: Settings, approval: Approval, actor: str, members_of: GroupMembers = _no_groups
+) -> str | None:
+    """Why ``actor`` may not decide ``approval``, or None when they may.
+
+    CLI users are operators (they hold Redis access) and may always decide.
+    """
     if actor.startswith(CLI_ACTOR_PREFIX):
-        return True
-    return not settings.approvers or actor in settings.approvers
+        return None
+    policy = approval.policy
+    if actor == approval.requested_by and not policy.allow_self_approval:
+        return "the agent acts for you, so someone else has to decide"
+    approvers = settings.approvers if policy.approvers is None else policy.approvers
+    groups = settings.approver_groups if policy.approver_groups is None else policy.approver_groups
+    if not approvers and not groups:
+        return None
+    if actor in approvers or any(actor in members_of(group) for group in groups):
+        return None
+    return "you are not one of the approvers for this request"
 
 
-def check_may_decide(conn: redis.Redis, settings: Settings, approval_id: str, actor: str) -> None:
-    """Raise ``NotAllowed`` (and record the refusal) when ``actor`` is not an approver."""
-    if not may_decide(settings, actor):
-        store.audit(conn, approval_id, "refused", actor, reason="not an approver")
-        raise NotAllowed(f"you are not an approver for approval {approval_id}")
+def check_may_decide(
+    conn: redis.Redis,
+    settings: Settings,
+    approval: Approval,
+    actor: str,
+    members_of: GroupMembers = _no_groups,
+) -> None:
+    """Raise ``NotAllowed`` (and record the refusal) when ``actor`` may not decide."""
+    reason = refusal(settings, approval, actor, members_of)
+    if reason is not None:
+        store.audit(conn, approval.id, "refused", actor, reason=reason)
+        raise NotAllowed(reason)
 
 
 def validate_arguments(schema: dict[str, Any], arguments: Any) -> None:
@@ -58,6 +101,46 @@ def validate_arguments(schema: dict[str, Any], arguments: Any) -> None:
         raise InvalidArguments(errors)
 
 
+def check_edit(approval: Approval, arguments: dict[str, Any]) -> None:
+    """Only editable arguments may change, and the result must fit the tool's schema."""
+    editable = set(approval.editable)
+    locked = {
+        name: "this argument cannot be edited"
+        for name in set(arguments) | set(approval.arguments)
+        if name not in editable and arguments.get(name) != approval.arguments.get(name)
+    }
+    if locked:
+        raise InvalidArguments(locked)
+    validate_arguments(approval.tool.schema, arguments)
+
+
+def precheck(
+    conn: redis.Redis,
+    settings: Settings,
+    approval_id: str,
+    kind: DecisionKind,
+    actor: str,
+    members_of: GroupMembers = _no_groups,
+) -> Approval:
+    """Everything that can refuse ``kind`` before its details are known (e.g. before a modal).
+
+    Raises:
+        UnknownApproval, AlreadyDecided, NotAllowed: nothing was changed.
+    """
+    approval = store.load(conn, approval_id)
+    if approval.status is not Status.PENDING:
+        _refuse_decided(conn, approval, actor)
+    check_may_decide(conn, settings, approval, actor, members_of)
+    if approval.policy.approvals_required > 1 and kind in (DecisionKind.EDIT, DecisionKind.RESPOND):
+        raise NotAllowed(
+            f"this request needs {approval.policy.approvals_required} approvals: "
+            "it can only be approved or rejected"
+        )
+    if kind is DecisionKind.EDIT and not approval.editable:
+        raise NotAllowed("none of this tool's arguments may be edited")
+    return approval
+
+
 def decide(
     conn: redis.Redis,
     settings: Settings,
@@ -68,18 +151,20 @@ def decide(
     actor_name: str | None = None,
     reason: str | None = None,
     arguments: dict[str, Any] | None = None,
+    response: str | None = None,
+    members_of: GroupMembers = _no_groups,
 ) -> Approval:
-    """Record a decision and enqueue the resume: exactly once, whoever races.
+    """Record a person's decision and start what follows: exactly once, whoever races.
+
+    An approval that needs a quorum stays ``pending`` until enough distinct people approved;
+    the returned approval's ``votes`` tells how many did.
 
     Raises:
-        UnknownApproval, NotAllowed, InvalidArguments, AlreadyDecided: nothing was changed.
+        UnknownApproval, AlreadyDecided, AlreadyVoted, NotAllowed, InvalidArguments:
+        nothing was changed.
     """
-    approval = store.load(conn, approval_id)
-    check_may_decide(conn, settings, approval_id, actor)
-    if kind is DecisionKind.EDIT:
-        if arguments is None:
-            raise InvalidArguments({"_": "an edit needs the edited arguments"})
-        validate_arguments(approval.tool.schema, arguments)
+    approval = precheck(conn, settings, approval_id, kind, actor, members_of)
+    _check_details(approval, kind, reason, arguments, response)
     decision = Decision(
         kind=kind,
         actor=actor,
@@ -87,27 +172,88 @@ def decide(
         at=time.time(),
         reason=reason or None,
         arguments=arguments if kind is DecisionKind.EDIT else approval.arguments,
+        response=response if kind is DecisionKind.RESPOND else None,
     )
-    won = store.transition(
-        conn,
-        approval_id,
-        kind.status,
-        {"decision": json.dumps(decision_to_dict(decision)), "decided_by": actor},
-    )
-    if not won.ok:
-        if not won.previous:
-            raise UnknownApproval(approval_id)
-        store.audit(conn, approval_id, "refused", actor, reason=f"already {won.previous}")
-        raise AlreadyDecided(approval_id, won.previous, won.decided_by)
-    store.audit(
-        conn,
-        approval_id,
-        kind.status.value,
-        actor,
-        reason=reason or "",
-        arguments=decision.arguments,
-    )
-    queue.enqueue_resume(conn, settings, approval_id)
-    approval.status = kind.status
-    approval.decision = decision
-    return approval
+    encoded = json.dumps(decision_to_dict(decision))
+    if kind is DecisionKind.REJECT:
+        won = store.transition(
+            conn, approval_id, Status.REJECTED, {"decision": encoded, "decided_by": actor}
+        )
+        if not won.ok:
+            _lost(conn, approval_id, actor, won.previous, won.decided_by)
+    else:
+        required = approval.policy.approvals_required if kind is DecisionKind.APPROVE else 1
+        vote = store.vote(conn, approval_id, kind.status, actor, required, encoded)
+        if vote.outcome == "lost":
+            _lost(conn, approval_id, actor, vote.previous, vote.decided_by)
+        if vote.outcome == "duplicate":
+            raise AlreadyVoted(approval_id, vote.count, required)
+        if vote.outcome == "counted":
+            store.audit(conn, approval_id, "approval_counted", actor, count=vote.count)
+            return store.load(conn, approval_id)
+    _after_decision(conn, settings, approval, decision)
+    return store.load(conn, approval_id)
+
+
+def expire(conn: redis.Redis, settings: Settings, approval_id: str) -> Approval | None:
+    """Expire an approval nobody decided in time; None when a decision came first."""
+    try:
+        approval = store.load(conn, approval_id)
+    except UnknownApproval:
+        return None
+    decision = Decision(kind=DecisionKind.EXPIRE, actor=SYSTEM_ACTOR, at=time.time())
+    fields = {"decision": json.dumps(decision_to_dict(decision)), "decided_by": SYSTEM_ACTOR}
+    if not store.transition(conn, approval_id, Status.EXPIRED, fields).ok:
+        return None
+    _after_decision(conn, settings, approval, decision)
+    return store.load(conn, approval_id)
+
+
+def _check_details(
+    approval: Approval,
+    kind: DecisionKind,
+    reason: str | None,
+    arguments: dict[str, Any] | None,
+    response: str | None,
+) -> None:
+    if kind is DecisionKind.EXPIRE:
+        raise NotAllowed("only the expiry job expires approvals")
+    if kind is DecisionKind.REJECT and approval.policy.reason_required and not reason:
+        raise InvalidArguments({"reason": "a reason is required to reject this request"})
+    if kind is DecisionKind.EDIT:
+        if arguments is None:
+            raise InvalidArguments({"_": "an edit needs the edited arguments"})
+        check_edit(approval, arguments)
+    if kind is DecisionKind.RESPOND and not (response or "").strip():
+        raise InvalidArguments({"response": "write the result the agent should receive"})
+
+
+def _refuse_decided(conn: redis.Redis, approval: Approval, actor: str) -> None:
+    decided_by = approval.decision.actor if approval.decision else None
+    _lost(conn, approval.id, actor, approval.status.value, decided_by)
+
+
+def _lost(
+    conn: redis.Redis, approval_id: str, actor: str, previous: str, decided_by: str | None
+) -> None:
+    if not previous:
+        raise UnknownApproval(approval_id)
+    store.audit(conn, approval_id, "refused", actor, reason=f"already {previous}")
+    raise AlreadyDecided(approval_id, previous, decided_by)
+
+
+def _after_decision(
+    conn: redis.Redis, settings: Settings, approval: Approval, decision: Decision
+) -> None:
+    """Audit the decision and resume the agent (unless the gate stops the run)."""
+    details: dict[str, Any] = {"reason": decision.reason or ""}
+    if decision.kind is DecisionKind.EDIT:
+        details.update(proposed=approval.arguments, approved=decision.arguments)
+    if decision.kind is DecisionKind.RESPOND:
+        details.update(response=decision.response)
+    store.audit(conn, approval.id, decision.kind.status.value, decision.actor, **details)
+    refused = decision.kind in (DecisionKind.REJECT, DecisionKind.EXPIRE)
+    if refused and approval.policy.on_reject is OnReject.STOP:
+        store.audit(conn, approval.id, "run_stopped", SYSTEM_ACTOR, reason="on_reject=stop")
+        return
+    queue.enqueue_resume(conn, settings, approval.id)

@@ -6,11 +6,13 @@ policy (rate limits included, which slack_sdk does not retry by default) are the
 
 from __future__ import annotations
 
+import redis
 from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 from slack_sdk.http_retry.builtin_handlers import ServerErrorRetryHandler
 
-from approvals import cards
+from approvals import cards, store
 from approvals.config import Settings
 from approvals.models import Approval
 
@@ -65,8 +67,41 @@ def announce_decision(client: WebClient, approval: Approval) -> None:
     reply(client, approval, cards.build_decision_message(approval), cards.decision_line(approval))
 
 
+def announce_vote(client: WebClient, approval: Approval) -> None:
+    """Show an approval that counts toward a quorum: the card's count and a thread reply."""
+    update_card(client, approval)
+    reply(client, approval, cards.build_vote_message(approval), "Approval counted")
+
+
+def warn_expiry(client: WebClient, approval: Approval) -> None:
+    """Remind the card's thread that the request expires soon."""
+    reply(client, approval, cards.build_warning_message(approval), "This request expires soon")
+
+
 def announce_result(client: WebClient, approval: Approval) -> None:
     """Show how the resumed run ended, on the card and in the thread."""
     update_card(client, approval)
     for blocks in cards.build_result_messages(approval):
         reply(client, approval, blocks, cards.build_card_text(approval))
+
+
+#: How long a user group's members are trusted before asking Slack again.
+GROUP_CACHE_SECONDS = 300
+
+
+def group_members(client: WebClient, conn: redis.Redis, group_id: str) -> list[str]:
+    """Members of a Slack user group, cached in Redis so every bot replica shares one lookup.
+
+    A group Slack cannot resolve counts as empty: nobody is let in through it.
+    """
+    cached = store.cached_group(conn, group_id)
+    if cached is not None:
+        return cached
+    try:
+        response = client.usergroups_users_list(usergroup=group_id)
+        users: list[object] = response.get("users") or []
+        members = [str(u) for u in users]
+    except SlackApiError:
+        members = []
+    store.cache_group(conn, group_id, members, GROUP_CACHE_SECONDS)
+    return members

@@ -5,6 +5,8 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:approval:<id>   hash    record (JSON), status, decided_by, decision, result, card_ts
     approvals:history:<id>    string  the llm message history to resume from (JSON list)
     approvals:pending         zset    ids of pending approvals, scored by creation time
+    approvals:decided         zset    the most recent decisions, scored by decision time
+    approvals:usergroup:<id>  string  cached members of a Slack user group (JSON list, TTL)
     approvals:audit:<id>      stream  what happened to the approval, with time and actor
 
 The history lives apart from the hash so that listing and deciding never read it. Status
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -32,6 +35,7 @@ from approvals.models import (
 
 PREFIX = "approvals:"
 PENDING_KEY = PREFIX + "pending"
+DECIDED_KEY = PREFIX + "decided"
 
 
 def approval_key(approval_id: str) -> str:
@@ -54,20 +58,58 @@ def connect(settings: Settings) -> redis.Redis:
     return redis.Redis.from_url(settings.redis_url, health_check_interval=30)
 
 
-_TRANSITION_LUA = """
+# Shared by both scripts: leave ``pending`` (index cleanup) and remember recent decisions.
+_LEAVE_PENDING_LUA = """
+local function leave_pending(current)
+  if current == 'pending' then
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+    redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(RECENT_KEPT + 1))
+  end
+end
+""".replace("RECENT_KEPT", "200")
+
+# KEYS: approval hash, pending zset, decided zset. ARGV: id, now, target, allowed (JSON), then
+# field/value pairs written in the same step.
+_TRANSITION_LUA = (
+    _LEAVE_PENDING_LUA
+    + """
 local current = redis.call('HGET', KEYS[1], 'status')
 if not current then return {0, '', ''} end
-local allowed = cjson.decode(ARGV[3])
-for _, status in ipairs(allowed) do
+for _, status in ipairs(cjson.decode(ARGV[4])) do
   if status == current then
-    redis.call('HSET', KEYS[1], 'status', ARGV[2])
-    for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-    if current == 'pending' then redis.call('ZREM', KEYS[2], ARGV[1]) end
+    redis.call('HSET', KEYS[1], 'status', ARGV[3])
+    for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+    leave_pending(current)
     return {1, current, ''}
   end
 end
 return {0, current, redis.call('HGET', KEYS[1], 'decided_by') or ''}
 """
+)
+
+# KEYS as above. ARGV: id, now, target, actor, approvals required, decision JSON.
+# Adds the actor's approval; the approval is decided once enough distinct people approved.
+_VOTE_LUA = (
+    _LEAVE_PENDING_LUA
+    + """
+local current = redis.call('HGET', KEYS[1], 'status')
+if not current then return {0, '', ''} end
+if current ~= 'pending' then
+  return {0, current, redis.call('HGET', KEYS[1], 'decided_by') or ''}
+end
+local votes = cjson.decode(redis.call('HGET', KEYS[1], 'votes') or '[]')
+for _, voter in ipairs(votes) do
+  if voter == ARGV[4] then return {3, tostring(#votes), ''} end
+end
+table.insert(votes, ARGV[4])
+redis.call('HSET', KEYS[1], 'votes', cjson.encode(votes))
+if #votes < tonumber(ARGV[5]) then return {2, tostring(#votes), ''} end
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'decided_by', ARGV[4], 'decision', ARGV[6])
+leave_pending(current)
+return {1, current, ''}
+"""
+)
 
 
 @dataclass(frozen=True)
@@ -79,6 +121,21 @@ class TransitionResult:
     decided_by: str | None
 
 
+@dataclass(frozen=True)
+class VoteResult:
+    #: ``decided``, ``counted`` (quorum not reached yet), ``duplicate`` or ``lost``.
+    outcome: str
+    #: For ``lost``: the status found ("" when the approval does not exist).
+    previous: str = ""
+    decided_by: str | None = None
+    #: Approvals counted so far, for ``counted`` and ``duplicate``.
+    count: int = 0
+
+
+def _keys(approval_id: str) -> list[str]:
+    return [approval_key(approval_id), PENDING_KEY, DECIDED_KEY]
+
+
 def transition(
     conn: redis.Redis, approval_id: str, target: Status, fields: dict[str, str] | None = None
 ) -> TransitionResult:
@@ -88,14 +145,27 @@ def transition(
     be told who won.
     """
     allowed = json.dumps([s.value for s in sources_of(target)])
-    args: list[str] = [approval_id, target.value, allowed]
+    args: list[str] = [approval_id, repr(time.time()), target.value, allowed]
     for name, value in (fields or {}).items():
         args += [name, value]
     script = conn.register_script(_TRANSITION_LUA)
-    ok, previous, decided_by = cast(
-        list[Any], script(keys=[approval_key(approval_id), PENDING_KEY], args=args)
-    )
+    ok, previous, decided_by = cast(list[Any], script(keys=_keys(approval_id), args=args))
     return TransitionResult(bool(ok), _text(previous), _text(decided_by) or None)
+
+
+def vote(
+    conn: redis.Redis, approval_id: str, target: Status, actor: str, required: int, decision: str
+) -> VoteResult:
+    """Count ``actor``'s approval; decide (``target``, ``decision`` JSON) once ``required``."""
+    assert Status.PENDING in sources_of(target)
+    args = [approval_id, repr(time.time()), target.value, actor, str(required), decision]
+    script = conn.register_script(_VOTE_LUA)
+    code, detail, decided_by = cast(list[Any], script(keys=_keys(approval_id), args=args))
+    if code == 1:
+        return VoteResult("decided", count=required)
+    if code in (2, 3):
+        return VoteResult("counted" if code == 2 else "duplicate", count=int(_text(detail)))
+    return VoteResult("lost", previous=_text(detail), decided_by=_text(decided_by) or None)
 
 
 def create(conn: redis.Redis, approval: Approval, history: list[dict[str, Any]]) -> Any:
@@ -133,6 +203,7 @@ def _from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
             card_ts=_text(fields.get("card_ts")) or None,
             decision=_json(fields.get("decision")),
             result=_json(fields.get("result")),
+            votes=_json(fields.get("votes")),
         )
     except UnicodeDecodeError:
         raise CorruptRecord(f"approval {approval_id} is not valid UTF-8") from None
@@ -150,9 +221,8 @@ def load_history(conn: redis.Redis, approval_id: str) -> list[dict[str, Any]]:
     return history
 
 
-def pending(conn: redis.Redis, limit: int = 100) -> list[Approval]:
-    """Pending approvals, newest first; records that fail to load are skipped, not fatal."""
-    ids = [_text(i) for i in cast(list[bytes], conn.zrevrange(PENDING_KEY, 0, limit - 1))]
+def _load_many(conn: redis.Redis, ids: list[str]) -> list[Approval]:
+    """Approvals by id in one round trip; missing or corrupt records are skipped, not fatal."""
     pipe = conn.pipeline(transaction=False)
     for approval_id in ids:
         pipe.hgetall(approval_key(approval_id))
@@ -165,6 +235,66 @@ def pending(conn: redis.Redis, limit: int = 100) -> list[Approval]:
         except CorruptRecord:
             continue
     return found
+
+
+def pending(conn: redis.Redis, limit: int = 100) -> list[Approval]:
+    """Pending approvals, newest first."""
+    ids = [_text(i) for i in cast(list[bytes], conn.zrevrange(PENDING_KEY, 0, limit - 1))]
+    return _load_many(conn, ids)
+
+
+def pending_page(
+    conn: redis.Redis,
+    keep: Callable[[Approval], bool],
+    offset: int,
+    count: int,
+    batch: int = 100,
+) -> tuple[list[Approval], int]:
+    """One page of the pending approvals that ``keep`` accepts, newest first.
+
+    Skips the first ``offset`` accepted ones. Returns the page and how many accepted ones
+    remain after it (0 when this is the last page; counted only up to one more batch).
+    """
+    page: list[Approval] = []
+    skipped = remaining = 0
+    start = 0
+    while True:
+        ids = [
+            _text(i)
+            for i in cast(list[bytes], conn.zrevrange(PENDING_KEY, start, start + batch - 1))
+        ]
+        if not ids:
+            return page, remaining
+        for approval in _load_many(conn, ids):
+            if not keep(approval):
+                continue
+            if skipped < offset:
+                skipped += 1
+            elif len(page) < count:
+                page.append(approval)
+            else:
+                remaining += 1
+        if remaining:
+            return page, remaining
+        start += batch
+
+
+def recent_decisions(conn: redis.Redis, limit: int = 10) -> list[Approval]:
+    """The most recently decided approvals, newest first."""
+    ids = [_text(i) for i in cast(list[bytes], conn.zrevrange(DECIDED_KEY, 0, limit - 1))]
+    return _load_many(conn, ids)
+
+
+def cached_group(conn: redis.Redis, group_id: str) -> list[str] | None:
+    """Members of a Slack user group as last fetched, or None when not cached."""
+    members = _json(cast(bytes | None, conn.get(f"{PREFIX}usergroup:{group_id}")))
+    if isinstance(members, list) and all(isinstance(m, str) for m in members):
+        return members
+    return None
+
+
+def cache_group(conn: redis.Redis, group_id: str, members: list[str], ttl: int) -> None:
+    conn.set(f"{PREFIX}usergroup:{group_id}", json.dumps(members), ex=ttl)
 
 
 def pending_count(conn: redis.Redis) -> int:

@@ -24,9 +24,10 @@ def create_app(settings: Settings, conn: redis.Redis | None = None) -> App:
     settings.require("SLACK_BOT_TOKEN")
     if not socket_mode:
         settings.require("SLACK_SIGNING_SECRET")
-    runtime = Runtime(settings=settings, conn=conn or store.connect(settings))
+    client = slack.web_client(settings)
+    runtime = Runtime(settings=settings, conn=conn or store.connect(settings), client=client)
     app = App(
-        client=slack.web_client(settings),
+        client=client,
         signing_secret=settings.slack_signing_secret or "",
         # Socket Mode requests come over an authenticated WebSocket and carry no signature.
         request_verification_enabled=not socket_mode,

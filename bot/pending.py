@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import json
+
 from approvals import cards
 from approvals.cards import Block
-from approvals.limits import MESSAGE_BLOCKS, MODAL_BLOCKS, truncate
+from approvals.limits import truncate
 from approvals.models import Approval
 
-#: Blocks each approval takes in the list (summary, buttons, divider).
-_PER_ITEM = 3
+NEXT_PAGE_ACTION = "pending_next_page"
+#: Approvals per page: 3 blocks each, plus header, footer and the Next button, within 50.
+PAGE_SIZE = 15
+HOME_PAGE_SIZE = 20
 
 
 def _item(approval: Approval) -> list[Block]:
-    title = approval.summary or f"{approval.tool_name}"
-    when = f"<!date^{int(approval.created_at)}^{{date_short_pretty}} {{time}}|waiting>"
-    args = truncate(cards.arguments_text(approval.arguments, 600), 600)
-    where = f"{approval.agent} · `{approval.tool_name}` · `{approval.id}` · {when}"
-    text = f"*{title}*  ·  {where}\n{args}"
+    title = approval.summary or approval.tool_name
+    args = cards.arguments_text(approval.arguments, 600)
+    where = f"{approval.agent} · `{approval.tool_name}` · `{approval.id}`"
+    requested = f" · for {cards.person(approval.requested_by)}" if approval.requested_by else ""
+    when = f"waiting since {cards.slack_date(approval.created_at)}"
+    text = f"*{title}*\n{where}{requested} · {when}\n{args}"
     return [
         {"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, 3000)}},
         cards.build_buttons(approval),
@@ -24,44 +29,69 @@ def _item(approval: Approval) -> list[Block]:
     ]
 
 
-def _list(approvals: list[Approval], total: int, max_blocks: int) -> list[Block]:
-    if not approvals:
-        return [
-            {
-                "type": "section",
-                "text": {"type": "mrkdwn", "text": "Nothing is waiting for approval."},
-            }
-        ]
-    room = (max_blocks - 2) // _PER_ITEM
-    shown = approvals[:room]
-    blocks: list[Block] = [
-        {
-            "type": "header",
-            "text": {
-                "type": "plain_text",
-                "text": truncate(f"{total} approval{'s' if total != 1 else ''} waiting", 150),
-            },
-        }
-    ]
-    for approval in shown:
+def describe_query(query: str) -> str:
+    """How the list's filter reads in its header."""
+    if query == "all":
+        return "All waiting approvals"
+    if query == "mine":
+        return "Waiting approvals requested by you"
+    if query:
+        return f"Waiting approvals from {query} that you may decide"
+    return "Waiting approvals you may decide"
+
+
+def build_pending_list(
+    page: list[Approval], offset: int, remaining: int, query: str = ""
+) -> list[Block]:
+    """One page, newest first, each with its buttons, and a Next button when more wait."""
+    header: Block = {
+        "type": "header",
+        "text": {"type": "plain_text", "text": truncate(describe_query(query), 150)},
+    }
+    if not page:
+        empty = "Nothing is waiting for approval." if offset == 0 else "No more approvals."
+        return [header, {"type": "section", "text": {"type": "mrkdwn", "text": empty}}]
+    blocks = [header]
+    for approval in page:
         blocks.extend(_item(approval))
-    if total > len(shown):
+    shown = f"Showing {offset + 1} to {offset + len(page)}"
+    more = f", {remaining}{'+' if remaining >= 100 else ''} more" if remaining else ""
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": shown + more}]})
+    if remaining:
+        value = json.dumps({"offset": offset + len(page), "query": query[:200]})
         blocks.append(
             {
-                "type": "context",
+                "type": "actions",
+                "block_id": f"pending-next-{offset + len(page)}",
                 "elements": [
-                    {"type": "mrkdwn", "text": (f"Showing the newest {len(shown)} of {total}.")}
+                    {
+                        "type": "button",
+                        "action_id": NEXT_PAGE_ACTION,
+                        "text": {"type": "plain_text", "text": "Next"},
+                        "value": value,
+                    }
                 ],
             }
         )
     return blocks
 
 
-def build_pending_list(approvals: list[Approval], total: int) -> list[Block]:
-    """Newest first, each with its buttons, within one message's block limit."""
-    return _list(approvals, total, MESSAGE_BLOCKS)
-
-
-def build_home(approvals: list[Approval], total: int) -> Block:
-    """The App Home tab: the same list, with more room."""
-    return {"type": "home", "blocks": _list(approvals, total, MODAL_BLOCKS)}
+def build_home(page: list[Approval], remaining: int, recent: list[Approval]) -> Block:
+    """The App Home tab: what the viewer may decide, then the latest decisions."""
+    blocks = build_pending_list(page, 0, remaining)
+    if remaining:
+        blocks = blocks[:-1]  # paging lives in /agent-pending; Home shows the newest
+        blocks.append(
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": "Type `/agent-pending` to see them all."}],
+            }
+        )
+    blocks.append({"type": "header", "text": {"type": "plain_text", "text": "Recent decisions"}})
+    if not recent:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "None yet."}})
+    for approval in recent:
+        line = f"*{approval.summary or approval.tool_name}* · {approval.agent} · `{approval.id}`"
+        text = f"{line}\n{cards.describe_state(approval)}"
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, 3000)}})
+    return {"type": "home", "blocks": blocks[:100]}

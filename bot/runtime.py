@@ -1,12 +1,15 @@
-"""What every listener needs (settings and the Redis connection), handed over by middleware."""
+"""What every listener needs (settings, Redis, the Slack client), handed over by middleware."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 import redis
+from slack_sdk import WebClient
 
+from approvals import slack
 from approvals.config import Settings
 
 
@@ -14,6 +17,11 @@ from approvals.config import Settings
 class Runtime:
     settings: Settings
     conn: redis.Redis
+    client: WebClient
+
+    def members_of(self, group_id: str) -> Collection[str]:
+        """Members of a Slack user group (cached in Redis, shared by all bot replicas)."""
+        return slack.group_members(self.client, self.conn, group_id)
 
 
 def runtime_of(context: Any) -> Runtime:

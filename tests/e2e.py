@@ -65,11 +65,21 @@ def click(
     return send_interaction(bot_url, SIGNING_SECRET, payload)
 
 
+def select(value: str) -> dict[str, Any]:
+    """The state Slack sends for a static_select whose option value is ``value``."""
+    return {"type": "static_select", "selected_option": {"value": value}}
+
+
 def submit_edit(
-    bot_url: str, approval_id: str, values: dict[str, str], user: str = "UALICE"
+    bot_url: str, approval_id: str, values: dict[str, Any], user: str = "UALICE"
 ) -> tuple[int, str]:
+    """Submit the Edit modal; a str value is typed text, a dict is an element's raw state."""
     state = {
-        f"arg-{name}": {VALUE_ACTION: {"type": "plain_text_input", "value": value}}
+        f"arg-{name}": {
+            VALUE_ACTION: value
+            if isinstance(value, dict)
+            else {"type": "plain_text_input", "value": value}
+        }
         for name, value in values.items()
     }
     payload = view_submission_payload(

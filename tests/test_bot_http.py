@@ -97,7 +97,7 @@ def test_agent_pending_lists_waiting_approvals_newest_first_to_the_caller_only(
         if e["action_id"] == "approval_approve"
     ]
     assert listed == list(reversed(ids))
-    assert "3 approvals waiting" in json.dumps(answer["blocks"])
+    assert "Showing 1 to 3" in json.dumps(answer["blocks"])
 
     click(slack, services.bot_url, "approve", ids[0])
     wait_status(conn, ids[0], Status.COMPLETED)
@@ -105,7 +105,7 @@ def test_agent_pending_lists_waiting_approvals_newest_first_to_the_caller_only(
     pending_command(slack, services.bot_url)
     answer = slack.wait_for(lambda: slack.responses())[0]
     assert ids[0] not in json.dumps(answer["blocks"])
-    assert "2 approvals waiting" in json.dumps(answer["blocks"])
+    assert "Showing 1 to 2" in json.dumps(answer["blocks"])
 
 
 def test_app_home_shows_the_waiting_approvals(services, slack):

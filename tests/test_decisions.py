@@ -22,6 +22,7 @@ from tests.e2e import (
     click,
     model_calls,
     reply_containing,
+    select,
     submit_edit,
     submit_reject,
     tool_results_seen,
@@ -68,10 +69,11 @@ def test_edit_runs_the_edited_arguments_and_tells_the_model(services, slack, env
     modal = slack.wait_for(lambda: slack.views())[0]["view"]
     inputs = {b["block_id"]: b for b in modal["blocks"] if b["type"] == "input"}
     assert inputs["arg-path"]["element"]["initial_value"] == "build"
-    assert inputs["arg-recursive"]["element"]["initial_value"] == "false"
+    assert inputs["arg-recursive"]["element"]["type"] == "static_select"
+    assert inputs["arg-recursive"]["element"]["initial_option"]["value"] == "false"
 
     status, body = submit_edit(
-        services.bot_url, pause_id, {"path": "build/tmp", "recursive": "true"}
+        services.bot_url, pause_id, {"path": "build/tmp", "recursive": select("true")}
     )
     assert status == 200 and body == ""  # an empty 200 closes the modal
     approval = wait_status(conn, pause_id, Status.COMPLETED)
@@ -90,12 +92,16 @@ def test_invalid_edit_is_shown_in_the_modal_and_changes_nothing(services, slack,
     pause_id = _pause()
     card_of(slack, pause_id)
     before = conn.hgetall(store.approval_key(pause_id))
-    status, body = submit_edit(services.bot_url, pause_id, {"path": "x", "recursive": '"maybe"'})
+    status, body = submit_edit(
+        services.bot_url, pause_id, {"path": "x", "recursive": select('"maybe"')}
+    )
     assert status == 200
     answer = json.loads(body)
     assert answer["response_action"] == "errors"
     assert "arg-recursive" in answer["errors"]
-    status, body = submit_edit(services.bot_url, pause_id, {"path": "x", "recursive": "{not json"})
+    status, body = submit_edit(
+        services.bot_url, pause_id, {"path": "x", "recursive": select("{not json")}
+    )
     assert "Not valid JSON" in json.loads(body)["errors"]["arg-recursive"]
     assert conn.hgetall(store.approval_key(pause_id)) == before
     assert tool_runs(env, "delete_path") == []

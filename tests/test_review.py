@@ -6,9 +6,11 @@ import pytest
 
 from approvals.config import Settings
 from approvals.errors import InvalidArguments
-from approvals.review import may_decide, validate_arguments
+from approvals.models import Policy
+from approvals.review import refusal, validate_arguments
 from approvals.tools import describe_tool
 from tests.agents.tools import delete_path, send_email
+from tests.factories import make_approval
 
 DELETE = describe_tool(delete_path).input_schema
 EMAIL = describe_tool(send_email).input_schema
@@ -102,24 +104,54 @@ def test_a_broken_schema_is_reported_as_invalid_arguments(schema):
     assert "schema is invalid" in errors["_"]
 
 
+def _may(settings, actor, members=None, **policy):
+    approval = make_approval(policy=Policy(**policy), requested_by="UREQ")
+    groups = members or {}
+    return refusal(settings, approval, actor, lambda g: groups.get(g, ())) is None
+
+
 def test_anyone_may_decide_when_approvers_is_empty():
     """Without APPROVERS, every Slack user may decide."""
     settings = Settings.from_env({})
-    assert may_decide(settings, "UALICE")
-    assert may_decide(settings, "UANYONE")
+    assert _may(settings, "UALICE")
+    assert _may(settings, "UANYONE")
 
 
 def test_only_listed_approvers_may_decide():
     """With APPROVERS set, only those user ids may decide."""
     settings = Settings.from_env({"APPROVERS": "UALICE, UBOB"})
-    assert may_decide(settings, "UALICE")
-    assert may_decide(settings, "UBOB")
-    assert not may_decide(settings, "UMALLORY")
-    assert not may_decide(settings, "ualice")
-    assert not may_decide(settings, "")
+    assert _may(settings, "UALICE")
+    assert _may(settings, "UBOB")
+    assert not _may(settings, "UMALLORY")
+    assert not _may(settings, "ualice")
+    assert not _may(settings, "")
 
 
 @pytest.mark.parametrize("approvers", ["", "UALICE"])
 def test_cli_actors_may_always_decide(approvers):
     """CLI users (who hold Redis access anyway) may decide whatever APPROVERS says."""
-    assert may_decide(Settings.from_env({"APPROVERS": approvers}), "cli:alice")
+    assert _may(Settings.from_env({"APPROVERS": approvers}), "cli:alice")
+
+
+def test_members_of_approver_groups_may_decide():
+    """APPROVER_GROUPS lets in the members of those Slack user groups, and nobody else."""
+    settings = Settings.from_env({"APPROVER_GROUPS": "S1"})
+    assert _may(settings, "UOPS", members={"S1": ["UOPS"]})
+    assert not _may(settings, "UDEV", members={"S1": ["UOPS"], "S2": ["UDEV"]})
+
+
+def test_a_gate_overrides_the_deployment_approvers():
+    """approvers=/approver_groups= on the gate replace APPROVERS/APPROVER_GROUPS."""
+    settings = Settings.from_env({"APPROVERS": "UALICE"})
+    assert not _may(settings, "UALICE", approvers=("UBOB",))
+    assert _may(settings, "UBOB", approvers=("UBOB",))
+    assert _may(settings, "UOPS", members={"S9": ["UOPS"]}, approvers=(), approver_groups=("S9",))
+
+
+def test_the_requester_may_not_approve_their_own_request_unless_allowed():
+    """Self-approval is refused unless the gate allows it."""
+    settings = Settings.from_env({})
+    assert not _may(settings, "UREQ")
+    assert _may(settings, "UREQ", allow_self_approval=True)
+    reason = refusal(settings, make_approval(requested_by="UREQ"), "UREQ")
+    assert reason is not None and "someone else" in reason

@@ -1,7 +1,8 @@
 """RQ jobs. Each takes only an approval id and reads everything else from Redis.
 
 RQ runs a job at least once, so each job is safe to run again: the card is posted only if
-none was recorded, and a resume runs only if it wins the move to ``running``.
+none was recorded, a resume runs only if it wins the move to ``running``, a result is
+published once.
 """
 
 from __future__ import annotations
@@ -9,14 +10,15 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import threading
 
 import redis
 from slack_sdk import WebClient
 
-from approvals import agent, queue, slack, store
+from approvals import agent, queue, review, slack, store
 from approvals.config import Settings
 from approvals.errors import ResumeError
-from approvals.models import RunResult, Status, result_to_dict
+from approvals.models import Approval, RunResult, Status, result_to_dict
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,23 @@ def announce_decision(approval_id: str) -> None:
     slack.announce_decision(_client(), store.load(_conn(), approval_id))
 
 
+def expire_approval(approval_id: str) -> str:
+    """At the deadline: expire the approval unless someone decided first."""
+    expired = review.expire(_conn(), _settings(), approval_id)
+    if expired is None:
+        return "decided in time"
+    slack.announce_decision(_client(), expired)
+    return "expired"
+
+
+def warn_expiry(approval_id: str) -> None:
+    """Remind the thread that the approval expires soon, if it is still waiting."""
+    approval = store.load(_conn(), approval_id)
+    if approval.status is Status.PENDING and store.claim(_conn(), approval_id, "warned"):
+        slack.warn_expiry(_client(), approval)
+        store.audit(_conn(), approval_id, "expiry_warned", "system")
+
+
 def resume_approval(approval_id: str) -> str:
     """Resume a decided approval, at most once, and record how the run ended."""
     conn, settings = _conn(), _settings()
@@ -60,18 +79,10 @@ def resume_approval(approval_id: str) -> str:
         return "skipped"
     approval = store.load(conn, approval_id)
     store.audit(conn, approval_id, "resume_started", "worker")
-    try:
-        outcome = agent.resume(conn, settings, approval)
-    except ResumeError as exc:
-        result = RunResult(Status.FAILED, error=str(exc))
-    except Exception as exc:  # the agent's own failure is reported, not retried blindly
-        log.exception("resume of approval %s failed", approval_id)
-        result = RunResult(Status.FAILED, error=f"{type(exc).__name__}: {exc}")
-    else:
-        if outcome.status == "paused":
-            result = RunResult(Status.PAUSED, next_approval_id=outcome.pause_id)
-        else:
-            result = RunResult(Status.COMPLETED, text=outcome.text)
+    # The card says "running" while the agent runs; the update must not delay the tool.
+    shown = threading.Thread(target=_show_running, args=(approval,), daemon=True)
+    shown.start()
+    result = _run(conn, settings, approval)
     store.transition(
         conn, approval_id, result.status, {"result": json.dumps(result_to_dict(result))}
     )
@@ -83,9 +94,39 @@ def resume_approval(approval_id: str) -> str:
         status=result.status.value,
         error=result.error or "",
         next_approval_id=result.next_approval_id or "",
+        executed_arguments=result.executed_arguments,
+        tool_output=result.tool_output or "",
     )
+    shown.join(timeout=15)
     queue.enqueue_publish(conn, settings, approval_id)
     return result.status.value
+
+
+def _run(conn: redis.Redis, settings: Settings, approval: Approval) -> RunResult:
+    try:
+        resumed = agent.resume(conn, settings, approval)
+    except ResumeError as exc:
+        return RunResult(Status.FAILED, error=str(exc))
+    except Exception as exc:  # the agent's own failure is reported, not retried blindly
+        log.exception("resume of approval %s failed", approval.id)
+        return RunResult(Status.FAILED, error=f"{type(exc).__name__}: {exc}")
+    outcome = resumed.outcome
+    paused = outcome.status == "paused"
+    return RunResult(
+        Status.PAUSED if paused else Status.COMPLETED,
+        text=None if paused else outcome.text,
+        next_approval_id=outcome.pause_id if paused else None,
+        executed_arguments=resumed.executed_arguments,
+        tool_output=resumed.tool_output,
+    )
+
+
+def _show_running(approval: Approval) -> None:
+    approval.status = Status.RUNNING
+    try:
+        slack.update_card(_client(), approval)
+    except Exception:  # cosmetic: the final state is published by its own retried job
+        log.warning("could not show approval %s as running", approval.id, exc_info=True)
 
 
 def publish_result(approval_id: str) -> None:

@@ -13,12 +13,12 @@ from bot.modals import (
     REASON_BLOCK,
     REJECT_VIEW,
     VALUE_ACTION,
+    block_for,
     build_edit_modal,
     build_notice_modal,
     build_reject_modal,
-    error_block_for,
     read_edit_submission,
-    read_reject_reason,
+    read_text,
 )
 from tests.factories import make_approval
 
@@ -56,13 +56,13 @@ def _inputs(view):
 
 
 def _initial(view, name):
-    return _inputs(view)[error_block_for(name)]["element"].get("initial_value")
+    return _inputs(view)[block_for(name)]["element"].get("initial_value")
 
 
 def _state(**raw):
     """Slack's view.state.values for text inputs (None for an input left empty)."""
     return {
-        error_block_for(name): {VALUE_ACTION: {"type": "plain_text_input", "value": value}}
+        block_for(name): {VALUE_ACTION: {"type": "plain_text_input", "value": value}}
         for name, value in raw.items()
     }
 
@@ -84,7 +84,7 @@ def test_edit_modal_identifies_the_approval():
 def test_edit_modal_has_one_input_per_argument_in_schema_order():
     """Each schema property gets exactly one input, in the tool's order."""
     view = build_edit_modal(_approval(FULL))
-    assert list(_inputs(view)) == [error_block_for(name) for name in NAMES]
+    assert list(_inputs(view)) == [block_for(name) for name in NAMES]
     assert all(b["element"]["action_id"] == VALUE_ACTION for b in _inputs(view).values())
 
 
@@ -111,7 +111,7 @@ def test_edit_modal_prefills_defaults_of_arguments_left_out():
 def test_edit_modal_marks_required_and_json_inputs():
     """Required arguments are not optional; non-text arguments say they take JSON."""
     inputs = _inputs(build_edit_modal(_approval(FULL)))
-    optional = {name: inputs[error_block_for(name)]["optional"] for name in NAMES}
+    optional = {name: inputs[block_for(name)]["optional"] for name in NAMES}
     assert optional == {
         "path": False,
         "count": False,
@@ -120,7 +120,7 @@ def test_edit_modal_marks_required_and_json_inputs():
         "note": True,
         "tags": True,
     }
-    labels = [inputs[error_block_for(name)]["label"]["text"] for name in NAMES]
+    labels = [inputs[block_for(name)]["label"]["text"] for name in NAMES]
     assert labels == [
         "path",
         "count (JSON)",
@@ -140,7 +140,7 @@ def test_edit_modal_inputs_accept_up_to_slacks_limit():
 def test_edit_modal_shows_arguments_the_schema_does_not_list():
     """An argument the model proposed outside the schema still gets a (JSON) input."""
     view = build_edit_modal(_approval({**FULL, "extra": [1]}))
-    block = _inputs(view)[error_block_for("extra")]
+    block = _inputs(view)[block_for("extra")]
     assert block["label"]["text"] == "extra (JSON)"
     assert json.loads(block["element"]["initial_value"]) == [1]
 
@@ -148,8 +148,8 @@ def test_edit_modal_shows_arguments_the_schema_does_not_list():
 def test_an_argument_too_long_to_edit_is_shown_read_only():
     """A value longer than Slack's input limit is not offered for editing."""
     view = build_edit_modal(_approval({**FULL, "path": "p" * (PLAIN_TEXT_INPUT + 1)}))
-    assert error_block_for("path") not in _inputs(view)
-    (section,) = [b for b in view["blocks"] if b.get("block_id") == error_block_for("path")]
+    assert block_for("path") not in _inputs(view)
+    (section,) = [b for b in view["blocks"] if b.get("block_id") == block_for("path")]
     assert section["type"] == "section"
     assert "too long to edit" in section["text"]["text"]
 
@@ -210,8 +210,8 @@ def test_invalid_json_is_reported_under_its_block():
     arguments, errors = read_edit_submission(
         _approval(FULL), _state(path="src", count="five", tags='["z"]')
     )
-    assert list(errors) == [error_block_for("count")]
-    assert errors[error_block_for("count")].startswith("Not valid JSON")
+    assert list(errors) == [block_for("count")]
+    assert errors[block_for("count")].startswith("Not valid JSON")
     assert "count" not in arguments
     assert arguments["tags"] == ["z"]
 
@@ -292,7 +292,7 @@ def test_reject_modal_asks_for_an_optional_reason():
 )
 def test_reject_reason_is_trimmed_and_empty_is_none(state, reason):
     """The reason is trimmed; an empty or blank one is no reason."""
-    assert read_reject_reason(state) == reason
+    assert read_text(state, REASON_BLOCK) == reason
 
 
 def test_notice_modal_only_says_something():

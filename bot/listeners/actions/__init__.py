@@ -1,36 +1,43 @@
-"""Button clicks on approval cards (and on the ``/agent-pending`` list)."""
+"""Button clicks on approval cards, on the ``/agent-pending`` list and on the Home tab."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from slack_bolt import Ack, App, Respond
 from slack_sdk import WebClient
 
-from approvals import slack, store
-from approvals.cards import APPROVE_ACTION, EDIT_ACTION, REJECT_ACTION
-from approvals.errors import AlreadyDecided, ApprovalsError
+from approvals import slack
+from approvals.cards import APPROVE_ACTION, EDIT_ACTION, REJECT_ACTION, RESPOND_ACTION
+from approvals.errors import ApprovalsError
 from approvals.models import DecisionKind, Status
-from approvals.review import check_may_decide, decide
-from bot.modals import build_edit_modal, build_reject_modal
+from approvals.review import decide, precheck
+from bot.listeners.commands import answer_pending
+from bot.modals import build_edit_modal, build_reject_modal, build_respond_modal
+from bot.pending import NEXT_PAGE_ACTION
 from bot.replies import explain
 from bot.runtime import runtime_of
+
+_MODALS = {
+    REJECT_ACTION: (DecisionKind.REJECT, build_reject_modal),
+    EDIT_ACTION: (DecisionKind.EDIT, build_edit_modal),
+    RESPOND_ACTION: (DecisionKind.RESPOND, build_respond_modal),
+}
 
 
 def register(app: App) -> None:
     app.action(APPROVE_ACTION)(handle_approve)
-    app.action(REJECT_ACTION)(handle_reject)
-    app.action(EDIT_ACTION)(handle_edit)
+    for action in _MODALS:
+        app.action(action)(handle_open_modal)
+    app.action(NEXT_PAGE_ACTION)(handle_next_page)
 
 
 def _clicked(body: dict[str, Any]) -> tuple[str, str, str | None]:
-    """(approval id, user id, user name) of a block_actions payload."""
+    """(value, user id, user name) of a block_actions payload."""
     user = body["user"]
-    return (
-        str(body["actions"][0]["value"]),
-        str(user["id"]),
-        user.get("name") or user.get("username"),
-    )
+    name = user.get("name") or user.get("username")
+    return str(body["actions"][0]["value"]), str(user["id"]), name
 
 
 def _tell(respond: Respond, text: str) -> None:
@@ -45,43 +52,54 @@ def handle_approve(
     approval_id, user, name = _clicked(body)
     try:
         approval = decide(
-            runtime.conn, runtime.settings, approval_id, DecisionKind.APPROVE, user, actor_name=name
+            runtime.conn,
+            runtime.settings,
+            approval_id,
+            DecisionKind.APPROVE,
+            user,
+            actor_name=name,
+            members_of=runtime.members_of,
         )
     except ApprovalsError as exc:
         _tell(respond, explain(exc))
+        return
+    if approval.status is Status.PENDING:  # counted toward a quorum that is not complete yet
+        slack.announce_vote(client, approval)
+        needed = approval.policy.approvals_required
+        _tell(respond, f"Your approval is counted: {len(approval.votes)} of {needed}.")
         return
     slack.announce_decision(client, approval)
     if body.get("container", {}).get("is_ephemeral"):
         _tell(respond, f"Approved `{approval.tool_name}` ({approval.id}).")
 
 
-def _open_modal(
-    body: dict[str, Any], context: dict[str, Any], client: WebClient, respond: Respond, edit: bool
+def handle_open_modal(
+    ack: Ack, body: dict[str, Any], context: dict[str, Any], client: WebClient, respond: Respond
 ) -> None:
+    """Reject, Edit and Respond ask for details in a modal; refusals come first, privately."""
+    ack()
     runtime = runtime_of(context)
     approval_id, user, _ = _clicked(body)
+    kind, build = _MODALS[body["actions"][0]["action_id"]]
     try:
-        approval = store.load(runtime.conn, approval_id)
-        check_may_decide(runtime.conn, runtime.settings, approval_id, user)
-        if approval.status is not Status.PENDING:
-            decided_by = approval.decision.actor if approval.decision else None
-            raise AlreadyDecided(approval_id, approval.status.value, decided_by)
+        approval = precheck(
+            runtime.conn, runtime.settings, approval_id, kind, user, runtime.members_of
+        )
     except ApprovalsError as exc:
         _tell(respond, explain(exc))
         return
-    view = build_edit_modal(approval) if edit else build_reject_modal(approval)
-    client.views_open(trigger_id=body["trigger_id"], view=view)
+    client.views_open(trigger_id=body["trigger_id"], view=build(approval))
 
 
-def handle_reject(
-    ack: Ack, body: dict[str, Any], context: dict[str, Any], client: WebClient, respond: Respond
+def handle_next_page(
+    ack: Ack, body: dict[str, Any], context: dict[str, Any], respond: Respond
 ) -> None:
     ack()
-    _open_modal(body, context, client, respond, edit=False)
-
-
-def handle_edit(
-    ack: Ack, body: dict[str, Any], context: dict[str, Any], client: WebClient, respond: Respond
-) -> None:
-    ack()
-    _open_modal(body, context, client, respond, edit=True)
+    value, user, _ = _clicked(body)
+    try:
+        page = json.loads(value)
+        offset, query = int(page["offset"]), str(page["query"])
+    except (ValueError, KeyError, TypeError):
+        _tell(respond, "That list is out of date; type /agent-pending again.")
+        return
+    answer_pending(runtime_of(context), respond, user, query, offset, replace=True)

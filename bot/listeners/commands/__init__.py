@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from slack_bolt import Ack, App, Respond
 
 from approvals import store
-from bot.pending import build_pending_list
-from bot.runtime import runtime_of
+from approvals.models import Approval
+from approvals.review import refusal
+from bot.pending import PAGE_SIZE, build_pending_list, describe_query
+from bot.runtime import Runtime, runtime_of
 
 PENDING_COMMAND = "/agent-pending"
 
@@ -17,10 +20,41 @@ def register(app: App) -> None:
     app.command(PENDING_COMMAND)(handle_agent_pending)
 
 
-def handle_agent_pending(ack: Ack, respond: Respond, context: dict[str, Any]) -> None:
-    """Answer the caller only, newest first, with buttons."""
+def handle_agent_pending(
+    ack: Ack, respond: Respond, command: dict[str, Any], context: dict[str, Any]
+) -> None:
+    """``/agent-pending [agent name | mine | all]``, answered to the caller only."""
     ack()
-    runtime = runtime_of(context)
-    approvals = store.pending(runtime.conn, limit=50)
-    blocks = build_pending_list(approvals, store.pending_count(runtime.conn))
-    respond(response_type="ephemeral", text=f"{len(approvals)} waiting", blocks=blocks)
+    query = " ".join(str(command.get("text") or "").split())
+    if query.lower() in ("mine", "all"):
+        query = query.lower()
+    answer_pending(runtime_of(context), respond, str(command["user_id"]), query, 0)
+
+
+def pending_filter(runtime: Runtime, user: str, query: str) -> Callable[[Approval], bool]:
+    """Which approvals a query shows: by default, those ``user`` may decide."""
+    if query == "all":
+        return lambda approval: True
+    if query == "mine":
+        return lambda approval: approval.requested_by == user
+
+    def may_decide(approval: Approval) -> bool:
+        if query and approval.agent.lower() != query.lower():
+            return False
+        return refusal(runtime.settings, approval, user, runtime.members_of) is None
+
+    return may_decide
+
+
+def answer_pending(
+    runtime: Runtime, respond: Respond, user: str, query: str, offset: int, replace: bool = False
+) -> None:
+    """Send one page of the list (replacing the previous page when paging)."""
+    keep = pending_filter(runtime, user, query)
+    page, remaining = store.pending_page(runtime.conn, keep, offset, PAGE_SIZE)
+    respond(
+        response_type="ephemeral",
+        replace_original=replace,
+        text=f"{describe_query(query)}: {len(page)} shown",
+        blocks=build_pending_list(page, offset, remaining, query),
+    )

@@ -8,7 +8,8 @@ from slack_bolt import App
 from slack_sdk import WebClient
 
 from approvals import store
-from bot.pending import build_home
+from bot.listeners.commands import pending_filter
+from bot.pending import HOME_PAGE_SIZE, build_home
 from bot.runtime import runtime_of
 
 
@@ -19,11 +20,12 @@ def register(app: App) -> None:
 def handle_app_home_opened(
     event: dict[str, Any], context: dict[str, Any], client: WebClient
 ) -> None:
-    """Refresh the Home tab with what is waiting, each time it is opened."""
+    """Refresh the Home tab each time it is opened: what the viewer may decide, and history."""
     if event.get("tab", "home") != "home":
         return
     runtime = runtime_of(context)
-    approvals = store.pending(runtime.conn, limit=40)
-    client.views_publish(
-        user_id=event["user"], view=build_home(approvals, store.pending_count(runtime.conn))
-    )
+    user = str(event["user"])
+    keep = pending_filter(runtime, user, "")
+    page, remaining = store.pending_page(runtime.conn, keep, 0, HOME_PAGE_SIZE)
+    recent = store.recent_decisions(runtime.conn, limit=10)
+    client.views_publish(user_id=user, view=build_home(page, remaining, recent))
