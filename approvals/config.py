@@ -71,6 +71,10 @@ class Settings:
     #: "Worker" forks a work-horse per job (isolation); "SimpleWorker" runs jobs in-process (speed).
     worker_class: str = "Worker"
     job_timeout: int = 600
+    #: RQ's defaults take minutes to notice a dead worker or to restart a dead scheduler;
+    #: these bring both under a minute (see README, "Running in production").
+    worker_ttl: int = 30
+    maintenance_interval: int = 5
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -97,6 +101,8 @@ class Settings:
             llm_plugins=_csv(env.get("APPROVALS_LLM_PLUGINS")),
             worker_class=worker_class,
             job_timeout=_int(env, "APPROVALS_JOB_TIMEOUT", 600),
+            worker_ttl=_int(env, "APPROVALS_WORKER_TTL", 30),
+            maintenance_interval=_int(env, "APPROVALS_MAINTENANCE_INTERVAL", 5),
         )
 
     def require(self, *names: str) -> None:

@@ -26,6 +26,7 @@ from approvals.errors import (
     UnknownApproval,
 )
 from approvals.models import (
+    DECIDED,
     Approval,
     Decision,
     DecisionKind,
@@ -238,6 +239,11 @@ def _lost(
 ) -> None:
     if not previous:
         raise UnknownApproval(approval_id)
+    if previous not in {s.value for s in DECIDED}:
+        # Already running or finished: people want to hear the decision, not the run's state.
+        decision = store.load(conn, approval_id).decision
+        if decision is not None:
+            previous, decided_by = decision.kind.status.value, decision.actor
     store.audit(conn, approval_id, "refused", actor, reason=f"already {previous}")
     raise AlreadyDecided(approval_id, previous, decided_by)
 

@@ -193,13 +193,15 @@ def read_edit_submission(
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The edited arguments and, per block id, the inputs that could not be read.
 
-    Arguments without an input (not editable, or too long to edit) keep the proposed value.
+    Arguments without an input (not editable, or too long to edit) keep the proposed value,
+    whatever a forged submission says about them.
     """
     arguments: dict[str, Any] = {}
     errors: dict[str, str] = {}
+    editable = set(approval.editable)
     for name, schema in _properties(approval).items():
         field = state_values.get(block_for(name), {}).get(VALUE_ACTION)
-        if not isinstance(field, dict):
+        if not isinstance(field, dict) or name not in editable:
             if name in approval.arguments:
                 arguments[name] = approval.arguments[name]
             continue

@@ -3,49 +3,36 @@ tests, ``approvals bot`` and ``approvals worker`` running as their own processes
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import redis
 
+from tests.processes import (
+    Process,
+    bot_url,
+    start_bot,
+    start_redis,
+    start_worker,
+    wait_for_workers,
+)
+from tests.processes import approvals_command as approvals_command
+from tests.processes import wait_until as wait_until
 from tests.slack_standin import SlackStandIn
 
-ROOT = Path(__file__).resolve().parent.parent
 SIGNING_SECRET = "test-signing-secret"
 BOT_TOKEN = "xoxb-test-token"
 CHANNEL = "C0CARDS"
-T = TypeVar("T")
-
-
-def wait_until(predicate: Callable[[], T], timeout: float = 15.0, what: str = "condition") -> T:
-    """Poll ``predicate`` until it returns something truthy; fail the test at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -77,42 +64,10 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         yield RedisServer(base, private=False, _dbs=itertools.count(9))
         return
     folder = tmp_path_factory.mktemp("redis")
-    port = _free_port()
-    process = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(folder),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--databases",
-            "1000",
-            "--daemonize",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"redis://127.0.0.1:{port}"
-    probe = redis.Redis.from_url(base)
-    wait_until(lambda: _pings(probe), 10, "redis-server to start")
-    probe.close()
+    process, base = start_redis(binary, folder)
     yield RedisServer(base, private=True, process=process)
     process.terminate()
     process.wait(10)
-
-
-def _pings(conn: redis.Redis) -> bool:
-    try:
-        return bool(conn.ping())
-    except redis.ConnectionError:
-        return False
 
 
 @pytest.fixture(scope="session")
@@ -161,86 +116,11 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-class Process:
-    """A child process whose output goes to a log file, shown when a test fails."""
-
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
-        self.log = log
-        self._out = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        child_env = {**os.environ, **env, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-        self.popen = subprocess.Popen(
-            args,
-            env=child_env,
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            start_new_session=True,
-        )
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, sig)
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(10)
-        self._out.close()
-
-
-def approvals_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "approvals", *args]
-
-
 @dataclass
 class Services:
     bot_url: str
     bot: Process
     workers: list[Process]
-
-
-def start_bot(env: dict[str, str], log: Path, extra_env: dict[str, str] | None = None) -> Process:
-    bot = Process(
-        approvals_command("bot", "--host", "127.0.0.1", "--port", "0"),
-        {**env, **(extra_env or {})},
-        log,
-    )
-    return bot
-
-
-def bot_url(bot: Process) -> str:
-    def listening() -> str | None:
-        if bot.popen.poll() is not None:
-            raise AssertionError(f"the bot exited:\n{bot.output()}")
-        for line in bot.output().splitlines():
-            if "listening on " in line:
-                return line.split("listening on ", 1)[1].strip()
-        return None
-
-    return wait_until(listening, 30, "the bot to listen")
-
-
-def start_worker(env: dict[str, str], log: Path, name: str) -> Process:
-    return Process(approvals_command("worker", "--name", name), env, log)
-
-
-def wait_for_workers(env: dict[str, str], workers: list[Process], count: int) -> None:
-    from rq import Worker
-
-    conn = redis.Redis.from_url(env["REDIS_URL"])
-
-    def registered() -> bool:
-        for worker in workers:
-            if worker.popen.poll() is not None:
-                raise AssertionError(f"a worker exited:\n{worker.output()}")
-        return len(Worker.all(connection=conn)) >= count
-
-    wait_until(registered, 30, f"{count} worker(s) to register")
-    conn.close()
 
 
 @pytest.fixture
@@ -257,11 +137,14 @@ def services(
     worker = start_worker(env, tmp_path / "worker.log", f"w-{os.getpid()}-{time.monotonic_ns()}")
     url = bot_url(bot)
     wait_for_workers(env, [worker], 1)
-    yield Services(bot_url=url, bot=bot, workers=[worker])
-    for process in [bot, worker]:
+    running = Services(bot_url=url, bot=bot, workers=[worker])
+    yield running
+    # A test may have replaced processes (restarts): stop the originals and the current ones.
+    processes = list(dict.fromkeys([bot, worker, running.bot, *running.workers]))
+    for process in processes:
         process.stop()
     if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
-        for process in [bot, worker]:
+        for process in processes:
             sys.stderr.write(f"\n----- {process.log.name} -----\n{process.output()[-6000:]}\n")
 
 

@@ -7,9 +7,17 @@ from typing import Any
 import redis
 
 from approvals import store
-from approvals.cards import APPROVE_ACTION, EDIT_ACTION, REJECT_ACTION
+from approvals.cards import APPROVE_ACTION, EDIT_ACTION, REJECT_ACTION, RESPOND_ACTION
 from approvals.models import Approval, Status
-from bot.modals import EDIT_VIEW, REASON_BLOCK, REJECT_VIEW, VALUE_ACTION
+from bot.modals import (
+    EDIT_VIEW,
+    REASON_BLOCK,
+    REJECT_VIEW,
+    RESPOND_VIEW,
+    RESPONSE_BLOCK,
+    VALUE_ACTION,
+)
+from bot.pending import NEXT_PAGE_ACTION
 from tests.conftest import CHANNEL, SIGNING_SECRET, read_jsonl, wait_until
 from tests.slack_requests import (
     block_actions_payload,
@@ -20,7 +28,12 @@ from tests.slack_requests import (
 )
 from tests.slack_standin import Message, SlackStandIn
 
-ACTIONS = {"approve": APPROVE_ACTION, "reject": REJECT_ACTION, "edit": EDIT_ACTION}
+ACTIONS = {
+    "approve": APPROVE_ACTION,
+    "reject": REJECT_ACTION,
+    "edit": EDIT_ACTION,
+    "respond": RESPOND_ACTION,
+}
 
 
 def card_of(slack: SlackStandIn, approval_id: str) -> Message:
@@ -94,6 +107,38 @@ def submit_reject(
     state = {REASON_BLOCK: {VALUE_ACTION: {"type": "plain_text_input", "value": reason}}}
     payload = view_submission_payload(
         user_id=user, callback_id=REJECT_VIEW, private_metadata=approval_id, values=state
+    )
+    return send_interaction(bot_url, SIGNING_SECRET, payload)
+
+
+def submit_respond(
+    bot_url: str, approval_id: str, text: str, user: str = "UALICE"
+) -> tuple[int, str]:
+    state = {RESPONSE_BLOCK: {VALUE_ACTION: {"type": "plain_text_input", "value": text}}}
+    payload = view_submission_payload(
+        user_id=user, callback_id=RESPOND_VIEW, private_metadata=approval_id, values=state
+    )
+    return send_interaction(bot_url, SIGNING_SECRET, payload)
+
+
+def click_next(
+    slack: SlackStandIn, bot_url: str, answer: dict[str, Any], user: str = "UALICE"
+) -> tuple[int, str]:
+    """Press the Next button of a /agent-pending answer."""
+    (value,) = [
+        e["value"]
+        for b in answer["blocks"]
+        if b["type"] == "actions"
+        for e in b["elements"]
+        if e["action_id"] == NEXT_PAGE_ACTION
+    ]
+    payload = block_actions_payload(
+        user_id=user,
+        action_id=NEXT_PAGE_ACTION,
+        value=value,
+        channel_id=CHANNEL,
+        container_type="message",
+        response_url=answer["response_url"],
     )
     return send_interaction(bot_url, SIGNING_SECRET, payload)
 

@@ -25,7 +25,14 @@ def run_worker(settings: Settings, *, burst: bool = False, name: str | None = No
     conn = store.connect(settings)
     worker_class = SimpleWorker if settings.worker_class == "SimpleWorker" else Worker
     worker = worker_class(
-        [get_queue(conn, settings)], connection=conn, serializer=JSONSerializer, name=name
+        [get_queue(conn, settings)],
+        connection=conn,
+        serializer=JSONSerializer,
+        name=name,
+        worker_ttl=settings.worker_ttl,
+        maintenance_interval=settings.maintenance_interval,
+        # Heartbeats while a job runs: a dead work-horse is noticed within a few seconds.
+        job_monitoring_interval=5,
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     return bool(worker.work(burst=burst, with_scheduler=True, logging_level="INFO"))

@@ -42,3 +42,38 @@ def send_email(to: str, subject: str, body: str = "") -> str:
     """Send an email."""
     _record("send_email", to=to, subject=subject, body=body)
     return f"sent to {to}"
+
+
+@requires_approval(approvals_required=2, summary="Deploy {service}")
+def deploy(service: str, version: str = "latest") -> str:
+    """Deploy a service (two people must approve)."""
+    _record("deploy", service=service, version=version)
+    return f"deployed {service}@{version}"
+
+
+@requires_approval(expires_in=4)
+def rotate_key(name: str) -> str:
+    """Rotate a key (the approval expires quickly; the agent is told and goes on)."""
+    _record("rotate_key", name=name)
+    return f"rotated {name}"
+
+
+@requires_approval(expires_in=4, on_reject="stop")
+def drop_table(name: str) -> str:
+    """Drop a table (rejection or expiry stops the run)."""
+    _record("drop_table", name=name)
+    return f"dropped {name}"
+
+
+@requires_approval(reason_required=True, editable=["dest"], summary="Move {path} to {dest}")
+def move_file(path: str, dest: str) -> str:
+    """Move a file (only the destination may be edited; rejecting needs a reason)."""
+    _record("move_file", path=path, dest=dest)
+    return f"moved {path} to {dest}"
+
+
+@requires_approval(approvers=[], approver_groups=["SOPS"])
+def restart_service(name: str) -> str:
+    """Restart a service (only members of the SOPS user group may decide)."""
+    _record("restart_service", name=name)
+    return f"restarted {name}"

@@ -1,0 +1,172 @@
+"""Starting the real parts as processes: a private redis-server, ``approvals bot`` and
+``approvals worker``. Shared by the tests' fixtures (``tests/conftest.py``) and the benchmark
+(``bench/``), so both run the loop exactly the same way. Nothing here imports pytest."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+def wait_until(
+    predicate: Callable[[], T | None], timeout: float = 15.0, what: str = "condition"
+) -> T:
+    """Poll ``predicate`` until it returns something truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def redis_binary() -> str | None:
+    """The ``redis-server`` on ``PATH``, if any."""
+    return shutil.which("redis-server")
+
+
+def start_redis(binary: str, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A private redis-server on a free loopback port, no persistence; returns it and its URL
+    (without a database number), once it answers PING."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(folder),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--databases",
+            "1000",
+            "--daemonize",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"redis://127.0.0.1:{port}"
+    probe = redis.Redis.from_url(base)
+    wait_until(lambda: _pings(probe), 10, "redis-server to start")
+    probe.close()
+    return process, base
+
+
+def _pings(conn: redis.Redis) -> bool:
+    try:
+        return bool(conn.ping())
+    except redis.ConnectionError:
+        return False
+
+
+class Process:
+    """A child process whose output goes to a log file, shown when a test fails."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self._out = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        child_env = {**os.environ, **env, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+        self.popen = subprocess.Popen(
+            args,
+            env=child_env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the process and everything it started (RQ's work-horse and scheduler too)."""
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, sig)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(10)
+        wait_until(lambda: not self._group_alive(), 15, "the process group to exit")
+        self._out.close()
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.popen.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def approvals_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "approvals", *args]
+
+
+def start_bot(env: dict[str, str], log: Path, extra_env: dict[str, str] | None = None) -> Process:
+    bot = Process(
+        approvals_command("bot", "--host", "127.0.0.1", "--port", "0"),
+        {**env, **(extra_env or {})},
+        log,
+    )
+    return bot
+
+
+def bot_url(bot: Process) -> str:
+    def listening() -> str | None:
+        if bot.popen.poll() is not None:
+            raise AssertionError(f"the bot exited:\n{bot.output()}")
+        for line in bot.output().splitlines():
+            if "listening on " in line:
+                return line.split("listening on ", 1)[1].strip()
+        return None
+
+    return wait_until(listening, 30, "the bot to listen")
+
+
+def start_worker(env: dict[str, str], log: Path, name: str) -> Process:
+    return Process(approvals_command("worker", "--name", name), env, log)
+
+
+def wait_for_workers(env: dict[str, str], workers: list[Process], count: int) -> None:
+    from rq import Worker
+
+    conn = redis.Redis.from_url(env["REDIS_URL"])
+
+    def registered() -> bool:
+        for worker in workers:
+            if worker.popen.poll() is not None:
+                raise AssertionError(f"a worker exited:\n{worker.output()}")
+        return len(Worker.all(connection=conn)) >= count
+
+    wait_until(registered, 30, f"{count} worker(s) to register")
+    conn.close()
