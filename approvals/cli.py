@@ -18,6 +18,7 @@ import click
 from approvals import queue, store
 from approvals.cards import decision_line
 from approvals.config import Settings
+from approvals.dev.cli import demo_run, dev_run
 from approvals.errors import ApprovalsError
 from approvals.models import Approval, DecisionKind
 from approvals.review import CLI_ACTOR_PREFIX, decide
@@ -149,6 +150,10 @@ def _age(seconds: float) -> str:
         if seconds >= size:
             return f"{int(seconds // size)}{unit}"
     return f"{int(seconds)}s"
+
+
+cli.add_command(dev_run)
+cli.add_command(demo_run)
 
 
 def main() -> None:

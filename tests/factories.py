@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from approvals.models import Approval, Decision, DecisionKind, RunResult, Status, ToolRef
@@ -33,7 +34,8 @@ def make_approval(**overrides: Any) -> Approval:
         "tool_name": "delete_path",
         "tool_call_id": "tc_1",
         "arguments": {"path": "build/app.o"},
-        "tools": [LIST_REF, DELETE_REF],
+        # Fresh copies: a test that changes its approval's schema must not change everyone's.
+        "tools": [copy.deepcopy(LIST_REF), copy.deepcopy(DELETE_REF)],
         "channel": "C0CARDS",
         "created_at": CREATED_AT,
     }

@@ -8,7 +8,11 @@ import llm
 import pytest
 
 from approvals.gate import Gate, gate_of, released, requires_approval
+from approvals.models import OnReject, Policy
 from approvals.tools import describe_tool
+
+#: What ``counted`` really ran, so a test can tell a returned response from a run.
+RAN: list[str] = []
 
 
 @requires_approval(channel="C0OPS", summary="Remove {path}")
@@ -22,6 +26,30 @@ def traced(note: str, llm_tool_call: llm.ToolCall | None = None) -> str:
     """Return the id of the call that ran it."""
     assert llm_tool_call is not None
     return f"{note}:{llm_tool_call.tool_call_id}"
+
+
+@requires_approval(
+    channel="C0PAY",
+    summary="Pay {amount}",
+    editable=["amount", "memo"],
+    reason_required=True,
+    on_reject="stop",
+    expires_in=600,
+    approvers=["UALICE", "UBOB"],
+    approver_groups=("S0FINANCE",),
+    allow_self_approval=True,
+    approvals_required=2,
+)
+def pay(to: str, amount: int, memo: str = "") -> str:
+    """Pay someone (every gate option set)."""
+    return f"paid {amount} to {to}"
+
+
+@requires_approval
+def counted(path: str) -> str:
+    """Record that it really ran."""
+    RAN.append(path)
+    return f"ran on {path}"
 
 
 def look(path: str) -> str:
@@ -68,15 +96,15 @@ def test_calling_with_an_unreleased_id_pauses():
 
 
 def test_calling_with_a_released_id_runs():
-    """Inside released({id}) the call with that id runs, with its arguments."""
-    with released({"tc_1"}):
+    """Inside released({id: None}) the call with that id runs, with its arguments."""
+    with released({"tc_1": None}):
         result = remove(path="build/app.o", force=True, llm_tool_call=_call("tc_1"))
     assert result == "removed build/app.o (forced)"
 
 
 def test_released_lets_through_only_its_own_ids():
     """Another call id, or a call without an id, still pauses inside released()."""
-    with released({"tc_1"}):
+    with released({"tc_1": None}):
         with pytest.raises(llm.PauseChain):
             remove(path="build", llm_tool_call=_call("tc_2"))
         with pytest.raises(llm.PauseChain):
@@ -85,24 +113,56 @@ def test_released_lets_through_only_its_own_ids():
 
 def test_release_ends_with_the_block():
     """After the released() block, the same id pauses again."""
-    with released({"tc_1"}):
+    with released({"tc_1": None}):
         remove(path="build", llm_tool_call=_call("tc_1"))
     with pytest.raises(llm.PauseChain):
         remove(path="build", llm_tool_call=_call("tc_1"))
 
 
 def test_released_blocks_nest_and_restore():
-    """An inner released() replaces the set, and leaving it restores the outer one."""
-    with released({"tc_1"}):
-        with released({"tc_2"}), pytest.raises(llm.PauseChain):
+    """An inner released() replaces the mapping, and leaving it restores the outer one."""
+    with released({"tc_1": None}):
+        with released({"tc_2": None}), pytest.raises(llm.PauseChain):
             remove(path="build", llm_tool_call=_call("tc_1"))
         assert remove(path="build", llm_tool_call=_call("tc_1")) == "removed build"
 
 
 def test_a_tool_that_declares_llm_tool_call_receives_it():
     """A gated tool asking for llm_tool_call gets the very ToolCall that was released."""
-    with released({"tc_9"}):
+    with released({"tc_9": None}):
         assert traced(note="hi", llm_tool_call=_call("tc_9", name="traced")) == "hi:tc_9"
+
+
+def test_released_with_a_response_returns_it_without_running():
+    """A call released with a reviewer's response gets that text back; the tool never runs."""
+    RAN.clear()
+    with released({"tc_1": "the file is already gone"}):
+        result = counted(path="build", llm_tool_call=_call("tc_1", name="counted"))
+    assert result == "the file is already gone"
+    assert RAN == []
+
+
+def test_an_empty_response_is_still_a_response():
+    """An empty response string is returned as is; only None means "run the tool"."""
+    RAN.clear()
+    with released({"tc_1": ""}):
+        assert counted(path="build", llm_tool_call=_call("tc_1", name="counted")) == ""
+    assert RAN == []
+
+
+def test_released_mixes_runs_and_responses_by_id():
+    """In one block, each id gets what its own decision said: run, or the response."""
+    RAN.clear()
+    with released({"tc_run": None, "tc_answer": "answered"}):
+        assert counted(path="a", llm_tool_call=_call("tc_run", name="counted")) == "ran on a"
+        assert counted(path="b", llm_tool_call=_call("tc_answer", name="counted")) == "answered"
+    assert RAN == ["a"]
+
+
+def test_a_response_reaches_a_tool_declaring_llm_tool_call_without_running_it():
+    """A tool that asks for llm_tool_call is also answered by the response, not run."""
+    with released({"tc_9": "reviewer says hi"}):
+        assert traced(note="hi", llm_tool_call=_call("tc_9", name="traced")) == "reviewer says hi"
 
 
 def test_describe_fills_the_summary_with_the_arguments():
@@ -147,6 +207,64 @@ def test_gate_of_reads_the_options():
     """gate_of returns the options given to the decorator, and defaults for the bare form."""
     assert gate_of(remove) == Gate(channel="C0OPS", summary="Remove {path}")
     assert gate_of(traced) == Gate()
+
+
+def test_every_option_lands_in_the_gate_and_its_policy():
+    """Each requires_approval option is kept; the policy's lists become tuples."""
+    assert gate_of(pay) == Gate(
+        channel="C0PAY",
+        summary="Pay {amount}",
+        expires_in=600,
+        policy=Policy(
+            approvers=("UALICE", "UBOB"),
+            approver_groups=("S0FINANCE",),
+            allow_self_approval=True,
+            approvals_required=2,
+            editable=("amount", "memo"),
+            reason_required=True,
+            on_reject=OnReject.STOP,
+        ),
+    )
+
+
+def test_the_bare_gate_has_the_default_policy():
+    """Without options: deployment approvers, one approval, everything editable, resume."""
+    policy = gate_of(counted).policy
+    assert policy == Policy()
+    assert policy.approvers is None
+    assert policy.approver_groups is None
+    assert policy.editable is None
+    assert policy.approvals_required == 1
+    assert policy.on_reject is OnReject.RESUME
+    assert gate_of(counted).expires_in is None
+
+
+def test_empty_option_lists_are_kept_apart_from_defaults():
+    """editable=[] means nothing is editable and approvers=[] overrides, unlike None."""
+
+    @requires_approval(editable=[], approvers=[], approver_groups=[])
+    def locked(path: str) -> str:
+        return path
+
+    policy = gate_of(locked).policy
+    assert (policy.editable, policy.approvers, policy.approver_groups) == ((), (), ())
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"approvals_required": 0}, "approvals_required"),
+        ({"approvals_required": -1}, "approvals_required"),
+        ({"expires_in": 0}, "expires_in"),
+        ({"expires_in": -5}, "expires_in"),
+        ({"on_reject": "ignore"}, "ignore"),
+        ({"on_reject": "STOP"}, "STOP"),
+    ],
+)
+def test_impossible_options_are_refused_at_decoration(options, message):
+    """A quorum below one, a non-positive expiry or an unknown on_reject raise ValueError."""
+    with pytest.raises(ValueError, match=message):
+        requires_approval(**options)
 
 
 def test_gate_of_a_plain_function_is_none():

@@ -11,7 +11,6 @@ from approvals import run_agent, store
 from approvals.models import DecisionKind, Status
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
-from tests.conftest import CHANNEL
 from tests.e2e import (
     action_blocks,
     block_text,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -280,3 +281,290 @@ def test_load_history_of_a_missing_or_malformed_history_is_corrupt(conn, stored)
         conn.set(store.history_key("x"), stored)
     with pytest.raises(CorruptRecord):
         store.load_history(conn, "x")
+
+
+# --- votes toward a quorum ------------------------------------------------------------------------
+
+
+def _decision(kind="approve", actor="UALICE", **extra):
+    return json.dumps({"kind": kind, "actor": actor, "at": CREATED_AT + 60, **extra})
+
+
+def test_vote_counts_distinct_voters_until_the_quorum(conn):
+    """Each new person is counted; the approval stays pending until enough approved."""
+    approval = _create(conn)
+    first = store.vote(conn, approval.id, Status.APPROVED, "UA", 3, _decision(actor="UA"))
+    second = store.vote(conn, approval.id, Status.APPROVED, "UB", 3, _decision(actor="UB"))
+    assert first == store.VoteResult("counted", count=1)
+    assert second == store.VoteResult("counted", count=2)
+    loaded = store.load(conn, approval.id)
+    assert loaded.status is Status.PENDING
+    assert loaded.votes == ("UA", "UB")
+    assert loaded.decision is None
+    assert store.pending_count(conn) == 1
+
+
+def test_a_second_vote_by_the_same_person_is_a_duplicate(conn):
+    """The same person approving twice is reported and not counted again."""
+    approval = _create(conn)
+    store.vote(conn, approval.id, Status.APPROVED, "UA", 2, _decision(actor="UA"))
+    again = store.vote(conn, approval.id, Status.APPROVED, "UA", 2, _decision(actor="UA"))
+    assert again == store.VoteResult("duplicate", count=1)
+    loaded = store.load(conn, approval.id)
+    assert loaded.status is Status.PENDING
+    assert loaded.votes == ("UA",)
+
+
+def test_the_vote_that_completes_the_quorum_decides(conn):
+    """The last needed vote moves the approval, stores its decision and leaves the pending index."""
+    approval = _create(conn)
+    store.vote(conn, approval.id, Status.APPROVED, "UA", 2, _decision(actor="UA"))
+    decision = _decision(actor="UB", actor_name="Bob")
+    result = store.vote(conn, approval.id, Status.APPROVED, "UB", 2, decision)
+    assert result == store.VoteResult("decided", count=2)
+    key = store.approval_key(approval.id)
+    assert conn.hget(key, "decision") == decision.encode()
+    assert conn.hget(key, "decided_by") == b"UB"
+    loaded = store.load(conn, approval.id)
+    assert loaded.status is Status.APPROVED
+    assert loaded.votes == ("UA", "UB")
+    assert loaded.decision is not None and loaded.decision.actor_name == "Bob"
+    assert store.pending_count(conn) == 0
+    assert [a.id for a in store.recent_decisions(conn)] == [approval.id]
+
+
+def test_a_single_vote_decides_when_one_is_required(conn):
+    """With a quorum of one (every edit and response), the first vote decides."""
+    approval = _create(conn)
+    result = store.vote(conn, approval.id, Status.RESPONDED, "UA", 1, _decision("respond"))
+    assert result.outcome == "decided"
+    assert store.load(conn, approval.id).status is Status.RESPONDED
+
+
+def test_the_decision_json_is_stored_untouched(conn):
+    """Empty lists and objects in edited arguments survive exactly (no Lua JSON round trip)."""
+    approval = _create(conn)
+    arguments = {"path": "x", "tags": [], "options": {}, "nested": {"a": [], "b": {}}}
+    decision = _decision("edit", arguments=arguments, reason="ünïcode ✓\n")
+    assert store.vote(conn, approval.id, Status.EDITED, "UA", 1, decision).outcome == "decided"
+    assert conn.hget(store.approval_key(approval.id), "decision") == decision.encode()
+    loaded = store.load(conn, approval.id)
+    assert loaded.decision is not None
+    assert loaded.decision.arguments == arguments
+    assert json.dumps(loaded.decision.arguments) == json.dumps(arguments)
+
+
+def test_a_vote_after_a_rejection_loses(conn):
+    """Once someone rejected, a vote is refused and told what happened and who did it."""
+    approval = _create(conn)
+    store.vote(conn, approval.id, Status.APPROVED, "UA", 2, _decision(actor="UA"))
+    store.transition(conn, approval.id, Status.REJECTED, {"decided_by": "UREJ"})
+    result = store.vote(conn, approval.id, Status.APPROVED, "UB", 2, _decision(actor="UB"))
+    assert result == store.VoteResult("lost", previous="rejected", decided_by="UREJ")
+    loaded = store.load(conn, approval.id)
+    assert loaded.status is Status.REJECTED
+    assert loaded.votes == ("UA",)
+
+
+def test_a_vote_after_the_quorum_loses(conn):
+    """A vote arriving after the approval was decided changes nothing."""
+    approval = _create(conn)
+    store.vote(conn, approval.id, Status.APPROVED, "UA", 1, _decision(actor="UA"))
+    result = store.vote(conn, approval.id, Status.APPROVED, "UB", 1, _decision(actor="UB"))
+    assert result == store.VoteResult("lost", previous="approved", decided_by="UA")
+    assert store.load(conn, approval.id).votes == ("UA",)
+
+
+def test_a_vote_on_an_unknown_approval_finds_nothing(conn):
+    """Voting on an id that does not exist reports no previous status and creates nothing."""
+    result = store.vote(conn, "nope", Status.APPROVED, "UA", 1, _decision())
+    assert result == store.VoteResult("lost", previous="", decided_by=None)
+    assert conn.exists(store.approval_key("nope")) == 0
+
+
+def test_racing_voters_reach_the_quorum_exactly_once(settings, conn):
+    """Twenty people approving at once: two are counted, one decides, the rest lose."""
+    approval = _create(conn)
+    client = store.connect(settings)
+    start = threading.Barrier(20)
+    results = [None] * 20
+
+    def vote(i):
+        start.wait()
+        results[i] = store.vote(
+            client, approval.id, Status.APPROVED, f"U{i}", 3, _decision(actor=f"U{i}")
+        )
+
+    threads = [threading.Thread(target=vote, args=(i,)) for i in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    client.close()
+
+    outcomes = sorted(r.outcome for r in results)
+    assert outcomes == ["counted"] * 2 + ["decided"] + ["lost"] * 17
+    loaded = store.load(conn, approval.id)
+    assert len(loaded.votes) == 3
+    winner = next(f"U{i}" for i, r in enumerate(results) if r.outcome == "decided")
+    assert loaded.votes[-1] == winner
+    assert loaded.decision is not None and loaded.decision.actor == winner
+
+
+# --- pages of pending approvals -------------------------------------------------------------------
+
+
+def _seven(conn):
+    """id0..id6 (id6 newest); even ones from agent "even", odd ones from agent "odd"."""
+    for n in range(7):
+        _create(conn, id=f"id{n}", created_at=CREATED_AT + n, agent="even" if n % 2 == 0 else "odd")
+
+
+def _ids(page):
+    return [a.id for a in page]
+
+
+def test_pending_page_is_newest_first_with_what_remains(conn):
+    """The first page holds the newest ones; remaining says how many come after it."""
+    _seven(conn)
+    page, remaining = store.pending_page(conn, lambda a: True, 0, 3)
+    assert _ids(page) == ["id6", "id5", "id4"]
+    assert remaining == 4
+
+
+def test_pending_page_skips_the_offset(conn):
+    """Later pages start after the offset; the last page has nothing remaining."""
+    _seven(conn)
+    page, remaining = store.pending_page(conn, lambda a: True, 3, 3)
+    assert (_ids(page), remaining) == (["id3", "id2", "id1"], 1)
+    page, remaining = store.pending_page(conn, lambda a: True, 6, 3)
+    assert (_ids(page), remaining) == (["id0"], 0)
+
+
+def test_pending_page_past_the_end_is_empty(conn):
+    """An offset beyond the list gives an empty page and nothing remaining."""
+    _seven(conn)
+    assert store.pending_page(conn, lambda a: True, 20, 3) == ([], 0)
+
+
+def test_pending_page_filters_before_paging(conn):
+    """Offset and remaining count only the approvals the filter keeps."""
+    _seven(conn)
+    keep = lambda a: a.agent == "even"  # noqa: E731
+    assert _ids(store.pending_page(conn, keep, 0, 2)[0]) == ["id6", "id4"]
+    assert store.pending_page(conn, keep, 0, 2)[1] == 2
+    page, remaining = store.pending_page(conn, keep, 2, 2)
+    assert (_ids(page), remaining) == (["id2", "id0"], 0)
+
+
+def test_pending_page_reads_across_batches(conn):
+    """A filter that keeps few approvals still fills the page from later batches."""
+    _seven(conn)
+    keep = lambda a: a.agent == "odd"  # noqa: E731
+    page, remaining = store.pending_page(conn, keep, 0, 3, batch=2)
+    assert (_ids(page), remaining) == (["id5", "id3", "id1"], 0)
+    page, remaining = store.pending_page(conn, keep, 1, 1, batch=2)
+    assert (_ids(page), remaining) == (["id3"], 1)
+
+
+def test_pending_page_on_an_empty_database(conn):
+    """With nothing pending the page is empty."""
+    assert store.pending_page(conn, lambda a: True, 0, 15) == ([], 0)
+
+
+def test_pending_page_skips_decided_and_corrupt_approvals(conn):
+    """Decided approvals leave the list, and a corrupt one does not hide the others."""
+    _seven(conn)
+    store.transition(conn, "id6", Status.APPROVED)
+    conn.hset(store.approval_key("id5"), "record", "{not json")
+    page, remaining = store.pending_page(conn, lambda a: True, 0, 2)
+    assert (_ids(page), remaining) == (["id4", "id3"], 3)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "bug: approvals/store.py pending_page stops counting `remaining` at the end of the "
+        "batch in which the page filled, so with 150 pending the first page says '85 more' "
+        "(no '+') while 135 remain"
+    ),
+)
+def test_remaining_is_not_cut_short_by_the_batch_the_page_ends_in(conn):
+    """remaining is exact, or at least a whole batch (shown as "100+"), never an undercount."""
+    _seven(conn)
+    page, remaining = store.pending_page(conn, lambda a: True, 0, 2, batch=3)
+    assert _ids(page) == ["id6", "id5"]
+    assert remaining >= min(5, 3)
+
+
+# --- recent decisions and user groups -------------------------------------------------------------
+
+
+def test_recent_decisions_are_newest_first(conn):
+    """Decided approvals are listed by when they were decided, newest first, up to the limit."""
+    for n in range(4):
+        _create(conn, id=f"id{n}", created_at=CREATED_AT + n)
+    for approval_id, target in [
+        ("id2", Status.APPROVED),
+        ("id0", Status.REJECTED),
+        ("id3", Status.EXPIRED),
+    ]:
+        store.transition(conn, approval_id, target)
+        time.sleep(0.002)
+    assert [a.id for a in store.recent_decisions(conn)] == ["id3", "id0", "id2"]
+    assert [a.id for a in store.recent_decisions(conn, limit=2)] == ["id3", "id0"]
+    assert [a.status for a in store.recent_decisions(conn)] == [
+        Status.EXPIRED,
+        Status.REJECTED,
+        Status.APPROVED,
+    ]
+
+
+def test_recent_decisions_keep_their_position_after_running(conn):
+    """Running and finishing do not reorder the list of decisions."""
+    for n in range(2):
+        _create(conn, id=f"id{n}", created_at=CREATED_AT + n)
+    store.transition(conn, "id0", Status.APPROVED)
+    time.sleep(0.002)
+    store.transition(conn, "id1", Status.APPROVED)
+    store.transition(conn, "id0", Status.RUNNING)
+    store.transition(conn, "id0", Status.COMPLETED)
+    recent = store.recent_decisions(conn)
+    assert [a.id for a in recent] == ["id1", "id0"]
+    assert recent[1].status is Status.COMPLETED
+
+
+def test_recent_decisions_are_empty_at_first(conn):
+    """Nothing decided, nothing recent."""
+    _create(conn)
+    assert store.recent_decisions(conn) == []
+
+
+def test_recent_decisions_keep_only_the_latest_200(conn):
+    """The decided index is trimmed so it never grows without bound."""
+    for n in range(205):
+        _create(conn, id=f"id{n:03d}", created_at=CREATED_AT + n)
+        store.transition(conn, f"id{n:03d}", Status.APPROVED)
+    assert conn.zcard(store.DECIDED_KEY) == 200
+    assert [a.id for a in store.recent_decisions(conn, limit=1)] == ["id204"]
+
+
+def test_a_cached_user_group_is_read_back_until_it_expires(conn):
+    """Group members are cached with a time to live; an unknown group is not cached."""
+    store.cache_group(conn, "S1", ["UA", "UB"], ttl=60)
+    assert store.cached_group(conn, "S1") == ["UA", "UB"]
+    assert 0 < conn.ttl(f"{store.PREFIX}usergroup:S1") <= 60
+    assert store.cached_group(conn, "S2") is None
+
+
+def test_an_empty_group_is_cached_as_empty(conn):
+    """A group with no members is cached as an empty list, not as missing."""
+    store.cache_group(conn, "S1", [], ttl=60)
+    assert store.cached_group(conn, "S1") == []
+
+
+@pytest.mark.parametrize("stored", ['{"UA": 1}', '["UA", 2]', '"UA"'])
+def test_a_malformed_group_cache_is_ignored(conn, stored):
+    """A cached value that is not a list of ids is treated as not cached."""
+    conn.set(f"{store.PREFIX}usergroup:S1", stored)
+    assert store.cached_group(conn, "S1") is None

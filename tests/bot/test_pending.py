@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-import re
+import json
 
-from approvals.cards import APPROVE_ACTION
-from approvals.limits import MESSAGE_BLOCKS, MODAL_BLOCKS, SECTION_TEXT
-from bot.pending import build_home, build_pending_list
-from tests.factories import CREATED_AT, make_approval
+import pytest
+
+from approvals.cards import APPROVE_ACTION, describe_state
+from approvals.limits import BUTTON_VALUE, HEADER_TEXT, MESSAGE_BLOCKS, MODAL_BLOCKS, SECTION_TEXT
+from approvals.models import DecisionKind, Status
+from bot.pending import (
+    HOME_PAGE_SIZE,
+    NEXT_PAGE_ACTION,
+    PAGE_SIZE,
+    build_home,
+    build_pending_list,
+    describe_query,
+)
+from tests.factories import CREATED_AT, make_approval, make_decided, make_decision
 
 
 def _newest_first(count):
@@ -19,7 +29,21 @@ def _newest_first(count):
 
 
 def _listed_ids(blocks):
-    return [b["elements"][0]["value"] for b in blocks if b["type"] == "actions"]
+    return [
+        b["elements"][0]["value"]
+        for b in blocks
+        if b["type"] == "actions" and b["elements"][0]["action_id"] != NEXT_PAGE_ACTION
+    ]
+
+
+def _next_buttons(blocks):
+    return [
+        e
+        for b in blocks
+        if b["type"] == "actions"
+        for e in b["elements"]
+        if e["action_id"] == NEXT_PAGE_ACTION
+    ]
 
 
 def _note(blocks):
@@ -34,101 +58,244 @@ def _note(blocks):
 
 
 def test_empty_list_says_nothing_is_waiting():
-    """With nothing pending, the list says so and offers no buttons."""
-    assert build_pending_list([], 0) == [
+    """With nothing pending, the list says so under its header and offers no buttons."""
+    assert build_pending_list([], 0, 0) == [
+        {
+            "type": "header",
+            "text": {"type": "plain_text", "text": "Waiting approvals you may decide"},
+        },
         {
             "type": "section",
             "text": {"type": "mrkdwn", "text": "Nothing is waiting for approval."},
-        }
+        },
     ]
 
 
-def test_header_counts_the_waiting_approvals():
-    """The header gives the total, with the right plural."""
-    assert build_pending_list(_newest_first(1), 1)[0]["text"]["text"] == "1 approval waiting"
-    assert build_pending_list(_newest_first(3), 3)[0]["text"]["text"] == "3 approvals waiting"
+def test_an_empty_later_page_says_there_are_no_more():
+    """Paging past the end (the rest was decided meanwhile) says there are no more."""
+    blocks = build_pending_list([], 15, 0)
+    assert blocks[1]["text"]["text"] == "No more approvals."
+    assert _next_buttons(blocks) == []
+
+
+def test_the_note_counts_the_approvals_shown():
+    """The note under the list says which of the waiting approvals are shown."""
+    assert _note(build_pending_list(_newest_first(1), 0, 0)) == "Showing 1 to 1"
+    assert _note(build_pending_list(_newest_first(3), 0, 0)) == "Showing 1 to 3"
+    assert _note(build_pending_list(_newest_first(5), 15, 0)) == "Showing 16 to 20"
 
 
 def test_list_keeps_newest_first_order():
     """Approvals appear in the order given (newest first), each with its own buttons."""
     approvals = _newest_first(3)
-    blocks = build_pending_list(approvals, 3)
+    blocks = build_pending_list(approvals, 0, 0)
     assert _listed_ids(blocks) == [a.id for a in approvals]
-    assert _note(blocks) is None
+    assert _note(blocks) == "Showing 1 to 3"
+    assert _next_buttons(blocks) == []
 
 
 def test_each_item_shows_what_and_has_buttons():
     """An item names its summary, agent, tool and id, shows the arguments, and can be decided."""
     approval = make_approval(summary="Delete build/app.o")
-    blocks = build_pending_list([approval], 1)
+    blocks = build_pending_list([approval], 0, 0)
     section, actions, divider = blocks[1:4]
     text = section["text"]["text"]
     assert text.startswith("*Delete build/app.o*")
     for part in ("cleanup-bot", "`delete_path`", f"`{approval.id}`", '"path": "build/app.o"'):
         assert part in text
-    assert [b["value"] for b in actions["elements"]] == [approval.id] * 3
+    assert [b["value"] for b in actions["elements"]] == [approval.id] * 4
     assert actions["elements"][0]["action_id"] == APPROVE_ACTION
     assert divider == {"type": "divider"}
 
 
 def test_an_item_without_summary_is_titled_by_its_tool():
     """Without a gate summary, the tool name is the item's title."""
-    blocks = build_pending_list([make_approval()], 1)
+    blocks = build_pending_list([make_approval()], 0, 0)
     assert blocks[1]["text"]["text"].startswith("*delete_path*")
 
 
-def test_forty_approvals_fit_in_one_message_with_a_note():
-    """Too many to show: the newest that fit are listed, and a note says how many of how many."""
+def test_forty_approvals_page_in_one_message_with_a_note():
+    """Too many to show: a full page fits one message, and the note says how many remain."""
     approvals = _newest_first(40)
-    blocks = build_pending_list(approvals, 40)
+    blocks = build_pending_list(approvals[:PAGE_SIZE], 0, 40 - PAGE_SIZE)
 
     assert len(blocks) <= MESSAGE_BLOCKS
-    shown = _listed_ids(blocks)
-    assert shown == [a.id for a in approvals[: len(shown)]]
-    note = _note(blocks)
-    assert note is not None
-    match = re.fullmatch(r"Showing the newest (\d+) of 40\.", note)
-    assert match is not None
-    assert int(match.group(1)) == len(shown)
+    assert _listed_ids(blocks) == [a.id for a in approvals[:PAGE_SIZE]]
+    assert _note(blocks) == "Showing 1 to 15, 25 more"
+    assert len(_next_buttons(blocks)) == 1
 
 
-def test_the_note_uses_the_total_not_the_page():
-    """When the store returned fewer than exist, the note and header give the real total."""
-    blocks = build_pending_list(_newest_first(5), 120)
-    assert blocks[0]["text"]["text"] == "120 approvals waiting"
-    assert _note(blocks) == "Showing the newest 5 of 120."
+def test_the_note_uses_what_remains_not_the_page():
+    """The note gives how many remain after the page; 100 or more reads as "100+"."""
+    assert _note(build_pending_list(_newest_first(5), 0, 7)) == "Showing 1 to 5, 7 more"
+    assert _note(build_pending_list(_newest_first(5), 0, 99)) == "Showing 1 to 5, 99 more"
+    assert _note(build_pending_list(_newest_first(5), 0, 120)) == "Showing 1 to 5, 120+ more"
+    assert _note(build_pending_list(_newest_first(5), 30, 1)) == "Showing 31 to 35, 1 more"
+
+
+# --- paging ----------------------------------------------------------------------------------
+
+
+def test_no_next_button_on_the_last_page():
+    """When nothing remains after the page there is nothing to page to."""
+    blocks = build_pending_list(_newest_first(PAGE_SIZE), 0, 0)
+    assert _next_buttons(blocks) == []
+    assert blocks[-1]["type"] == "context"
+
+
+@pytest.mark.parametrize("query", ["", "mine", "all", "cleanup-bot", "Deploy Bot ü"])
+def test_the_next_button_carries_the_next_offset_and_the_query(query):
+    """The Next button's value is JSON that names where the next page starts and the filter."""
+    blocks = build_pending_list(_newest_first(PAGE_SIZE), 30, 4, query)
+    (button,) = _next_buttons(blocks)
+    assert blocks[-1]["elements"] == [button]
+    assert button["text"]["text"] == "Next"
+    assert json.loads(button["value"]) == {"offset": 45, "query": query}
+    assert len(button["value"]) <= BUTTON_VALUE
+
+
+def test_next_buttons_of_different_pages_have_different_block_ids():
+    """Each page's Next block has its own id, so Slack never mixes the two up."""
+    first = build_pending_list(_newest_first(PAGE_SIZE), 0, 5)[-1]
+    second = build_pending_list(_newest_first(PAGE_SIZE), PAGE_SIZE, 5)[-1]
+    assert first["block_id"] != second["block_id"]
+
+
+def test_a_full_page_of_long_approvals_stays_within_the_message_limits():
+    """15 items with huge fields, the note and the Next button fit Slack's message limits."""
+    page = [
+        make_approval(
+            id=f"{n:016x}",
+            summary="s" * 5000,
+            agent="a" * 5000,
+            requested_by="UREQ",
+            arguments={"content": "x" * 100_000},
+        )
+        for n in range(PAGE_SIZE)
+    ]
+    blocks = build_pending_list(page, 0, 500, "a" * 1000)
+    assert len(blocks) <= MESSAGE_BLOCKS
+    assert len(blocks[0]["text"]["text"]) <= HEADER_TEXT
+    assert all(len(b["text"]["text"]) <= SECTION_TEXT for b in blocks if b["type"] == "section")
+    assert len(_listed_ids(blocks)) == PAGE_SIZE
+    assert len(_next_buttons(blocks)) == 1
+
+
+@pytest.mark.parametrize(
+    ("query", "header"),
+    [
+        ("", "Waiting approvals you may decide"),
+        ("mine", "Waiting approvals requested by you"),
+        ("all", "All waiting approvals"),
+        ("cleanup-bot", "Waiting approvals from cleanup-bot that you may decide"),
+    ],
+)
+def test_describe_query_says_what_the_list_shows(query, header):
+    """The header reads the filter: yours to decide, yours requested, everything, or one agent."""
+    assert describe_query(query) == header
+    assert build_pending_list([], 0, 0, query)[0]["text"]["text"] == header
 
 
 def test_huge_arguments_stay_short_in_the_list():
     """Each item's text fits a section, however long its arguments."""
     approval = make_approval(arguments={"content": "x" * 100_000})
-    text = build_pending_list([approval], 1)[1]["text"]["text"]
+    text = build_pending_list([approval], 0, 0)[1]["text"]["text"]
     assert len(text) <= 1000
     assert "more characters not shown" in text
     long_title = make_approval(summary="s" * 5000, agent="a" * 5000)
-    blocks = build_pending_list([long_title], 1)
+    blocks = build_pending_list([long_title], 0, 0)
     assert all(len(b["text"]["text"]) <= SECTION_TEXT for b in blocks if b["type"] == "section")
 
 
+# --- App Home ---------------------------------------------------------------------------------
+
+
+def _recent(count):
+    """``count`` decided approvals, newest decision first, as store.recent_decisions returns."""
+    kinds = [DecisionKind.APPROVE, DecisionKind.REJECT, DecisionKind.RESPOND, DecisionKind.EXPIRE]
+    recent = []
+    for n in reversed(range(count)):
+        kind = kinds[n % len(kinds)]
+        recent.append(
+            make_approval(
+                id=f"d{n:015x}",
+                summary=f"Decided {n}",
+                status=kind.status,
+                decision=make_decision(kind, "system" if kind is DecisionKind.EXPIRE else "UBOB"),
+            )
+        )
+    return recent
+
+
 def test_home_is_a_home_view_within_its_block_limit():
-    """The App Home tab is a home view with the same list, within 100 blocks."""
-    approvals = _newest_first(40)
-    view = build_home(approvals, 40)
+    """The App Home tab is a home view with a longer list than a message page, within 100 blocks."""
+    approvals = _newest_first(HOME_PAGE_SIZE)
+    view = build_home(approvals, 5, _recent(10))
     assert view["type"] == "home"
     assert len(view["blocks"]) <= MODAL_BLOCKS
     shown = _listed_ids(view["blocks"])
-    assert len(shown) > len(_listed_ids(build_pending_list(approvals, 40)))
-    assert shown == [a.id for a in approvals[: len(shown)]]
+    assert HOME_PAGE_SIZE > PAGE_SIZE
+    assert shown == [a.id for a in approvals]
+
+
+def test_home_sends_to_the_slash_command_instead_of_paging():
+    """Home has no Next button; when more wait it points to /agent-pending."""
+    blocks = build_home(_newest_first(HOME_PAGE_SIZE), 5, [])["blocks"]
+    assert _next_buttons(blocks) == []
+    assert _note(blocks) == "Showing 1 to 20, 5 more"
+    texts = [e["text"] for b in blocks if b["type"] == "context" for e in b["elements"]]
+    assert "Type `/agent-pending` to see them all." in texts
+
+
+def test_home_without_more_waiting_does_not_point_to_the_command():
+    """When the whole list fits, Home does not send people elsewhere."""
+    blocks = build_home(_newest_first(3), 0, [])["blocks"]
+    assert "/agent-pending" not in json.dumps(blocks)
+
+
+def test_home_lists_recent_decisions_newest_first():
+    """Under "Recent decisions", each decided approval shows its title, agent, id and state."""
+    recent = _recent(4)
+    blocks = build_home([], 0, recent)["blocks"]
+    headers = [b["text"]["text"] for b in blocks if b["type"] == "header"]
+    assert headers[-1] == "Recent decisions"
+    start = next(i for i, b in enumerate(blocks) if b.get("text", {}).get("text") == headers[-1])
+    lines = [b["text"]["text"] for b in blocks[start + 1 :]]
+    assert len(lines) == 4
+    for line, approval in zip(lines, recent, strict=True):
+        assert line.startswith(f"*{approval.summary}* · cleanup-bot · `{approval.id}`\n")
+        assert line.endswith(describe_state(approval))
+    assert "Expired without a decision" in lines[0]
+    assert "Answered by a reviewer" in lines[1]
+
+
+def test_home_recent_decision_without_summary_is_titled_by_its_tool():
+    """A decided approval without summary is named by its tool."""
+    blocks = build_home([], 0, [make_decided(Status.COMPLETED)])["blocks"]
+    assert blocks[-1]["text"]["text"].startswith("*delete_path* · ")
+
+
+def test_home_with_many_pending_and_recent_stays_within_100_blocks():
+    """A full Home page and a long history of decisions still fit a home view."""
+    view = build_home(_newest_first(HOME_PAGE_SIZE), 500, _recent(60))
+    assert len(view["blocks"]) <= MODAL_BLOCKS
+    assert _listed_ids(view["blocks"]) == [a.id for a in _newest_first(HOME_PAGE_SIZE)]
 
 
 def test_home_with_nothing_waiting_says_so():
-    """An empty App Home says nothing is waiting."""
-    assert build_home([], 0) == {
+    """An empty App Home says nothing is waiting and that nothing was decided yet."""
+    assert build_home([], 0, []) == {
         "type": "home",
         "blocks": [
             {
+                "type": "header",
+                "text": {"type": "plain_text", "text": "Waiting approvals you may decide"},
+            },
+            {
                 "type": "section",
                 "text": {"type": "mrkdwn", "text": "Nothing is waiting for approval."},
-            }
+            },
+            {"type": "header", "text": {"type": "plain_text", "text": "Recent decisions"}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": "None yet."}},
         ],
     }
