@@ -108,18 +108,20 @@ def test_agent_pending_lists_waiting_approvals_newest_first_to_the_caller_only(
     assert "Showing 1 to 2" in json.dumps(answer["blocks"])
 
 
-def test_app_home_shows_the_waiting_approvals(services, slack):
-    """Opening the App Home publishes the list of waiting approvals for that user."""
-    pause_id = _pause()
-    status, _ = send_event(
-        services.bot_url,
-        SIGNING_SECRET,
-        {"type": "app_home_opened", "user": "UALICE", "tab": "home", "channel": "D1"},
-    )
+def test_app_home_shows_the_waiting_approvals_and_recent_decisions(services, slack, conn):
+    """Opening the App Home publishes what the viewer may decide and the latest decisions."""
+    decided, waiting = _pause(path="old"), _pause(path="new")
+    click(slack, services.bot_url, "approve", decided)
+    wait_status(conn, decided, Status.COMPLETED)
+    event = {"type": "app_home_opened", "user": "UALICE", "tab": "home", "channel": "D1"}
+    status, _ = send_event(services.bot_url, SIGNING_SECRET, event)
     assert status == 200
-    published = slack.wait_for(lambda: slack.views())[0]
-    assert published["method"] == "views.publish" and published["user_id"] == "UALICE"
-    assert pause_id in json.dumps(published["view"])
+    published = slack.wait_for(lambda: [v for v in slack.views() if v["method"] == "views.publish"])
+    assert published[0]["user_id"] == "UALICE"
+    text = json.dumps(published[0]["view"])
+    pending_part, recent_part = text.split("Recent decisions")
+    assert waiting in pending_part and decided not in pending_part
+    assert decided in recent_part and "UALICE" in recent_part
 
 
 def test_an_agent_process_can_exit_while_its_approval_waits(services, slack, env, conn, tmp_path):
