@@ -17,7 +17,7 @@ from approvals.errors import (
     ResumeError,
     UnknownApproval,
 )
-from approvals.gate import requires_approval
+from approvals.gate import idempotency_key, requires_approval
 from approvals.models import Approval, DecisionKind, Status
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "Settings",
     "Status",
     "UnknownApproval",
+    "idempotency_key",
     "requires_approval",
     "run_agent",
 ]

@@ -20,7 +20,7 @@ from llm.parts import Message, ToolResultPart
 
 from approvals import queue, store
 from approvals.config import Settings
-from approvals.errors import ConfigError
+from approvals.errors import ConfigError, ToolAlreadyStarted
 from approvals.gate import gate_of, released
 from approvals.models import Approval, Decision, DecisionKind, SiblingResult
 from approvals.plugins import SyncModel, load_plugins, resolve_model
@@ -131,6 +131,8 @@ def resume(conn: redis.Redis, settings: Settings, approval: Approval) -> Resumed
         refused = refusal_text(decision)
         if refused is not None:
             raise llm.CancelToolCall(refused)
+        if decision.kind.runs_tool and not store.mark_tool_started(conn, approval.id):
+            raise ToolAlreadyStarted(f"{approval.tool_name} was already started for {approval.id}")
         if decision.kind is DecisionKind.EDIT and decision.arguments is not None:
             # Reassign, never mutate: the dict is shared with the saved history.
             call.arguments = dict(decision.arguments)
@@ -138,6 +140,8 @@ def resume(conn: redis.Redis, settings: Settings, approval: Approval) -> Resumed
     def after_call(tool: llm.Tool, call: llm.ToolCall, result: llm.ToolResult) -> None:
         if call.tool_call_id != approval.tool_call_id:
             return
+        if decision.kind.runs_tool:
+            store.mark_tool_finished(conn, approval.id)
         ran.update(arguments=dict(call.arguments), output=result.output)
         if decision.kind is DecisionKind.EDIT:
             # The model is told the truth: it did not run what it proposed.
@@ -171,7 +175,7 @@ def resume(conn: redis.Redis, settings: Settings, approval: Approval) -> Resumed
         release[approval.tool_call_id] = None
     elif decision.kind is DecisionKind.RESPOND:
         release[approval.tool_call_id] = decision.response or ""
-    with released(release):
+    with released(release, approval.id):
         outcome = _drive(chain, context)
     if not decision.kind.runs_tool:
         return Resumed(outcome, tool_output=ran.get("output"))

@@ -17,6 +17,7 @@ APPROVE_ACTION = "approval_approve"
 REJECT_ACTION = "approval_reject"
 EDIT_ACTION = "approval_edit"
 RESPOND_ACTION = "approval_respond"
+RETRY_ACTION = "approval_retry"
 
 Block = dict[str, Any]
 
@@ -28,6 +29,7 @@ _STATUS_LINE = {
     Status.RESPONDED: ":speech_balloon: Answered by a reviewer",
     Status.EXPIRED: ":alarm_clock: Expired without a decision",
     Status.RUNNING: ":gear: Running",
+    Status.INTERRUPTED: ":warning: Interrupted: the worker stopped during the run",
     Status.COMPLETED: ":checkered_flag: Completed",
     Status.PAUSED: ":double_vertical_bar: Paused again for another approval",
     Status.FAILED: ":x: Failed",
@@ -171,6 +173,17 @@ def _confirm(title: str, text: str, confirm: str) -> Block:
 def _state_blocks(approval: Approval) -> list[Block]:
     if approval.status is Status.PENDING:
         return [_context(_STATUS_LINE[Status.PENDING]), build_buttons(approval)]
+    if approval.status is Status.INTERRUPTED:
+        retry = _button(RETRY_ACTION, "Retry", approval, "danger")
+        retry["confirm"] = _confirm(
+            "Run it again?",
+            f"`{approval.tool_name}` may already have run. Retry only if running it twice is safe.",
+            "Retry",
+        )
+        return [
+            _context(describe_state(approval), f"state-{approval.id}-interrupted"),
+            {"type": "actions", "block_id": f"retry-{approval.id}", "elements": [retry]},
+        ]
     # A fresh block_id per revision, so Slack never keeps stale interactive state.
     return [_context(describe_state(approval), f"state-{approval.id}-{approval.status.value}")]
 
@@ -223,6 +236,28 @@ def build_decision_message(approval: Approval) -> list[Block]:
     if _stopped(approval):
         blocks.append(_context("The run stops here: the agent is not resumed."))
     return blocks
+
+
+def build_interrupted_message(approval: Approval) -> list[Block]:
+    """The thread reply explaining an interrupted run, so a person can judge a Retry."""
+    name = f"`{approval.tool_name}`"
+    if approval.tool_finished_at is not None:
+        what = f"{name} finished {slack_date(approval.tool_finished_at)}, but the run did not."
+    elif approval.tool_started_at is not None:
+        started = slack_date(approval.tool_started_at)
+        what = f"{name} started {started} and may or may not have finished."
+    else:
+        what = f"It is unknown whether {name} ran."
+    return [
+        _section(
+            f":warning: The worker stopped during the run. {what} It was not run again. "
+            "*Retry* runs it once more, as decided; the tool gets the same idempotency key."
+        )
+    ]
+
+
+def build_retry_message(actor: str) -> list[Block]:
+    return [_section(f":repeat: Retried by {person(actor)}: running it again, as decided.")]
 
 
 def build_vote_message(approval: Approval) -> list[Block]:

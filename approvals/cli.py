@@ -21,7 +21,7 @@ from approvals.config import Settings
 from approvals.dev.cli import demo_run, dev_run
 from approvals.errors import ApprovalsError
 from approvals.models import Approval, DecisionKind
-from approvals.review import CLI_ACTOR_PREFIX, decide
+from approvals.review import CLI_ACTOR_PREFIX, decide, retry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,9 +52,11 @@ def cli() -> None:
 @pass_settings
 def bot_run(settings: Settings, port: int, host: str, threads: int) -> None:
     """Run the Slack app: Socket Mode if SLACK_APP_TOKEN is set, else HTTP at /slack/events."""
+    from approvals.logs import configure_logging
     from bot.app import create_app
     from bot.server import serve_http, serve_socket_mode
 
+    configure_logging(settings)
     app = create_app(settings)
     if settings.slack_app_token:
         serve_socket_mode(app, settings.slack_app_token)
@@ -108,6 +110,17 @@ def reject_one(settings: Settings, approval_id: str, reason: str | None) -> None
     _decide(settings, approval_id, DecisionKind.REJECT, reason)
 
 
+@cli.command(name="retry")
+@click.argument("approval_id")
+@pass_settings
+def retry_one(settings: Settings, approval_id: str) -> None:
+    """Run an interrupted approval's tool again (only if running it twice is safe)."""
+    conn = store.connect(settings)
+    retry(conn, settings, approval_id, CLI_ACTOR_PREFIX + getpass.getuser())
+    queue.enqueue_announce(conn, settings, approval_id)
+    click.echo(f"{approval_id}: retried; a worker runs it again.")
+
+
 @cli.command(name="show")
 @click.argument("approval_id")
 @pass_settings
@@ -154,6 +167,18 @@ def _age(seconds: float) -> str:
 
 cli.add_command(dev_run)
 cli.add_command(demo_run)
+
+
+@cli.command(name="doctor")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object with every check.")
+@pass_settings
+def doctor_run(settings: Settings, as_json: bool) -> None:
+    """Check Redis, Slack, the queue and the workers; exit 1 on a failure, 2 on warnings only."""
+    from approvals import doctor
+
+    checks = doctor.run_checks(settings)
+    click.echo(doctor.render_json(checks) if as_json else doctor.render_text(checks))
+    raise SystemExit(doctor.exit_code(checks))
 
 
 def main() -> None:

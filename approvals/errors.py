@@ -9,7 +9,8 @@ ApprovalsError
 ├── AlreadyDecided       someone decided first (carries who and what)
 ├── AlreadyVoted         this person already approved; the quorum needs others
 ├── InvalidArguments     edited arguments do not match the tool's JSON schema
-└── ResumeError          the worker cannot resume (tool not importable, model unknown...)
+├── ResumeError          the worker cannot resume (tool not importable, model unknown...)
+└── ToolAlreadyStarted   an earlier attempt started the gated tool: a person decides on Retry
 """
 
 from __future__ import annotations
@@ -75,3 +76,7 @@ class InvalidArguments(ApprovalsError):
 
 class ResumeError(ApprovalsError):
     """A decided approval cannot be resumed; the message is shown to people as is."""
+
+
+class ToolAlreadyStarted(ApprovalsError):
+    """An earlier attempt of this resume started the gated tool; it must not run again."""

@@ -128,17 +128,31 @@ def gate_of(tool: Any) -> Gate | None:
     return gate if isinstance(gate, Gate) else None
 
 
+_approval: ContextVar[str | None] = ContextVar("approvals_current", default=None)
+
+
 @contextmanager
-def released(calls: Mapping[str, str | None]) -> Iterator[None]:
+def released(calls: Mapping[str, str | None], approval_id: str | None = None) -> Iterator[None]:
     """Inside the block, let these gated calls complete (used when resuming).
 
     Each id maps to None (run the tool) or to a reviewer's response (return it, run nothing).
     """
     token = _released.set(dict(calls))
+    current = _approval.set(approval_id)
     try:
         yield
     finally:
+        _approval.reset(current)
         _released.reset(token)
+
+
+def idempotency_key() -> str | None:
+    """The id of the approval a gated tool is running for (None outside a resume).
+
+    It is the same on every attempt for one decision (a Retry after an interrupted run
+    included), so a tool that can be idempotent can use it to do its work once.
+    """
+    return _approval.get()
 
 
 def _gated(func: F, gate: Gate) -> F:

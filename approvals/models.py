@@ -7,7 +7,9 @@ An approval is one paused tool call waiting for people. Its life::
     pending ─────┼──► responded ─┼──► running ──┬──► completed
                  ├──► rejected ──┤              ├──► paused     (the resumed agent paused
                  └──► expired ───┘              │                again: a new approval)
-                                                └──► failed
+                        ▲                       ├──► failed
+                        └── retry ── interrupted ◄┘  (the worker died while the gated tool
+                                                     may have been running)
 
 A rejected or expired approval whose gate says ``on_reject="stop"`` is never resumed: its run
 ends there. ``TRANSITIONS`` is the only statement of which moves are legal; ``store`` applies
@@ -33,6 +35,8 @@ class Status(StrEnum):
     RESPONDED = "responded"
     EXPIRED = "expired"
     RUNNING = "running"
+    #: The worker died while the gated tool may have been running: a person decides on Retry.
+    INTERRUPTED = "interrupted"
     COMPLETED = "completed"
     PAUSED = "paused"
     FAILED = "failed"
@@ -46,7 +50,10 @@ FINISHED = frozenset({Status.COMPLETED, Status.PAUSED, Status.FAILED})
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.PENDING: DECIDED,
     **{decided: frozenset({Status.RUNNING}) for decided in DECIDED},
-    Status.RUNNING: FINISHED,
+    # Back to the decision when the worker died before the gated tool started (safe to rerun).
+    Status.RUNNING: FINISHED | {Status.INTERRUPTED} | DECIDED,
+    # Retry restores the original decision, so the resume runs exactly as decided.
+    Status.INTERRUPTED: DECIDED,
     Status.COMPLETED: frozenset(),
     Status.PAUSED: frozenset(),
     Status.FAILED: frozenset(),
@@ -182,6 +189,9 @@ class Approval:
     result: RunResult | None = None
     #: Everyone who approved, in order (several when the gate requires a quorum).
     votes: tuple[str, ...] = ()
+    #: When the gated tool started and finished in the worker (None: not yet, or never).
+    tool_started_at: float | None = None
+    tool_finished_at: float | None = None
 
     @property
     def tool(self) -> ToolRef:
@@ -194,7 +204,16 @@ class Approval:
     def record(self) -> dict[str, Any]:
         """The immutable part, as JSON-ready data (status, card, decision, result live apart)."""
         data = asdict(self)
-        for mutable in ("status", "card_ts", "decision", "result", "votes"):
+        mutable_fields = (
+            "status",
+            "card_ts",
+            "decision",
+            "result",
+            "votes",
+            "tool_started_at",
+            "tool_finished_at",
+        )
+        for mutable in mutable_fields:
             data.pop(mutable)
         data["policy"]["on_reject"] = self.policy.on_reject.value
         return data
@@ -249,7 +268,13 @@ def _enum(enum: type[StrEnum], raw: Any) -> Any:
 
 
 def approval_from_parts(
-    record: Any, status: Any, card_ts: Any, decision: Any, result: Any, votes: Any = None
+    record: Any,
+    status: Any,
+    card_ts: Any,
+    decision: Any,
+    result: Any,
+    votes: Any = None,
+    marks: dict[str, str] | None = None,
 ) -> Approval:
     """Build an ``Approval`` from its stored parts (already JSON-decoded)."""
     return Approval(
@@ -282,7 +307,19 @@ def approval_from_parts(
         decision=None if decision is None else _decision_from_dict(decision),
         result=None if result is None else _result_from_dict(result),
         votes=_strings(votes, "votes") if votes is not None else (),
+        tool_started_at=_mark(marks, "tool_started"),
+        tool_finished_at=_mark(marks, "tool_finished"),
     )
+
+
+def _mark(marks: dict[str, str] | None, name: str) -> float | None:
+    raw = (marks or {}).get(name)
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise CorruptRecord(f"mark {name!r} is not a time") from None
 
 
 def _strings(value: Any, name: str) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ Jobs use RQ's JSON serializer: nothing is ever unpickled from Redis.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,9 +21,12 @@ POST_CARD = "worker.jobs.post_card"
 RESUME = "worker.jobs.resume_approval"
 PUBLISH = "worker.jobs.publish_result"
 ANNOUNCE = "worker.jobs.announce_decision"
+INTERRUPTED = "worker.jobs.announce_interrupted"
 EXPIRE = "worker.jobs.expire_approval"
 WARN = "worker.jobs.warn_expiry"
 
+#: How long RQ keeps a finished job's result (the approval's own record is what matters).
+RESULT_TTL = 3600
 #: Slack may be briefly unreachable or throttling: retry posting with growing pauses.
 _SLACK_RETRY = Retry(max=6, interval=[1, 2, 5, 10, 30, 60])
 
@@ -45,10 +49,17 @@ def enqueue_card(
     )
 
 
-def enqueue_resume(conn: redis.Redis, settings: Settings, approval_id: str) -> None:
-    """Ask a worker to resume a decided approval."""
+def enqueue_resume(
+    conn: redis.Redis, settings: Settings, approval_id: str, again: bool = False
+) -> None:
+    """Ask a worker to resume a decided approval (``again``: a retry or a requeue)."""
+    suffix = f"-{time.time_ns()}" if again else ""
     get_queue(conn, settings).enqueue(
-        RESUME, approval_id, job_id=f"resume-{approval_id}", job_timeout=settings.job_timeout
+        RESUME,
+        approval_id,
+        job_id=f"resume-{approval_id}{suffix}",
+        job_timeout=settings.job_timeout,
+        result_ttl=RESULT_TTL,
     )
 
 
@@ -64,7 +75,7 @@ def enqueue_announce(conn: redis.Redis, settings: Settings, approval_id: str) ->
     get_queue(conn, settings).enqueue(
         ANNOUNCE,
         approval_id,
-        job_id=f"announce-{approval_id}",
+        job_id=f"announce-{approval_id}-{time.time_ns()}",
         retry=_SLACK_RETRY,
         job_timeout=60,
         at_front=True,
@@ -96,3 +107,15 @@ def schedule_expiry(
             job_id=f"warn-{approval_id}",
             pipeline=pipeline,
         )
+
+
+def enqueue_interrupted(conn: redis.Redis, settings: Settings, approval_id: str) -> None:
+    """Ask a worker to show that a run was interrupted, with a Retry button."""
+    get_queue(conn, settings).enqueue(
+        INTERRUPTED,
+        approval_id,
+        job_id=f"interrupted-{approval_id}-{time.time_ns()}",
+        retry=_SLACK_RETRY,
+        job_timeout=60,
+        at_front=True,
+    )

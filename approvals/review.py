@@ -210,6 +210,32 @@ def expire(conn: redis.Redis, settings: Settings, approval_id: str) -> Approval 
     return store.load(conn, approval_id)
 
 
+def retry(
+    conn: redis.Redis,
+    settings: Settings,
+    approval_id: str,
+    actor: str,
+    members_of: GroupMembers = _no_groups,
+) -> Approval:
+    """Run an interrupted approval again, as decided: a person judged that rerunning is safe.
+
+    Raises:
+        UnknownApproval, NotAllowed: nothing was changed.
+    """
+    approval = store.load(conn, approval_id)
+    if approval.status is not Status.INTERRUPTED or approval.decision is None:
+        raise NotAllowed(f"there is nothing to retry: this request is {approval.status.value}")
+    check_may_decide(conn, settings, approval, actor, members_of)
+    # Clearing the marks in the same step lets the new attempt start the tool once more.
+    fields = {"tool_started": "", "tool_finished": "", "retried_by": actor}
+    target = approval.decision.kind.status
+    if not store.transition(conn, approval_id, target, fields).ok:
+        raise NotAllowed("someone else retried it first")
+    store.audit(conn, approval_id, "retried", actor)
+    queue.enqueue_resume(conn, settings, approval_id, again=True)
+    return store.load(conn, approval_id)
+
+
 def _check_details(
     approval: Approval,
     kind: DecisionKind,

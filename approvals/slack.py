@@ -73,6 +73,12 @@ def announce_vote(client: WebClient, approval: Approval) -> None:
     reply(client, approval, cards.build_vote_message(approval), "Approval counted")
 
 
+def announce_interrupted(client: WebClient, approval: Approval) -> None:
+    """Show that the worker died around the gated tool; the card offers Retry."""
+    update_card(client, approval)
+    reply(client, approval, cards.build_interrupted_message(approval), "The run was interrupted")
+
+
 def warn_expiry(client: WebClient, approval: Approval) -> None:
     """Remind the card's thread that the request expires soon."""
     reply(client, approval, cards.build_warning_message(approval), "This request expires soon")

@@ -6,6 +6,8 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:history:<id>    string  the llm message history to resume from (JSON list)
     approvals:pending         zset    ids of pending approvals, scored by creation time
     approvals:decided         zset    the most recent decisions, scored by decision time
+    approvals:running         zset    ids of approvals whose resume is running, by start time
+    approvals:lease:<id>      string  held (with a TTL) by the worker running the resume
     approvals:usergroup:<id>  string  cached members of a Slack user group (JSON list, TTL)
     approvals:audit:<id>      stream  what happened to the approval, with time and actor
 
@@ -27,6 +29,7 @@ import redis
 from approvals.config import Settings
 from approvals.errors import CorruptRecord, UnknownApproval
 from approvals.models import (
+    TRANSITIONS,
     Approval,
     Status,
     approval_from_parts,
@@ -36,6 +39,7 @@ from approvals.models import (
 PREFIX = "approvals:"
 PENDING_KEY = PREFIX + "pending"
 DECIDED_KEY = PREFIX + "decided"
+RUNNING_KEY = PREFIX + "running"
 
 
 def approval_key(approval_id: str) -> str:
@@ -58,19 +62,24 @@ def connect(settings: Settings) -> redis.Redis:
     return redis.Redis.from_url(settings.redis_url, health_check_interval=30)
 
 
-# Shared by both scripts: leave ``pending`` (index cleanup) and remember recent decisions.
+# Shared by the scripts: keep the pending, recent-decision and running indexes in step.
 _LEAVE_PENDING_LUA = """
 local function leave_pending(current)
   if current == 'pending' then
+    redis.call('HSET', KEYS[1], 'decided_status', ARGV[3])
     redis.call('ZREM', KEYS[2], ARGV[1])
     redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
     redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(RECENT_KEPT + 1))
   end
 end
+local function track_running(current, target)
+  if current == 'running' then redis.call('ZREM', KEYS[4], ARGV[1]) end
+  if target == 'running' then redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1]) end
+end
 """.replace("RECENT_KEPT", "200")
 
-# KEYS: approval hash, pending zset, decided zset. ARGV: id, now, target, allowed (JSON), then
-# field/value pairs written in the same step.
+# KEYS: approval hash, pending zset, decided zset, running zset. ARGV: id, now, target,
+# allowed (JSON), then field/value pairs written in the same step ("" deletes the field).
 _TRANSITION_LUA = (
     _LEAVE_PENDING_LUA
     + """
@@ -79,8 +88,15 @@ if not current then return {0, '', ''} end
 for _, status in ipairs(cjson.decode(ARGV[4])) do
   if status == current then
     redis.call('HSET', KEYS[1], 'status', ARGV[3])
-    for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+    for i = 5, #ARGV, 2 do
+      if ARGV[i + 1] == '' then
+        redis.call('HDEL', KEYS[1], ARGV[i])
+      else
+        redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+      end
+    end
     leave_pending(current)
+    track_running(current, ARGV[3])
     return {1, current, ''}
   end
 end
@@ -133,7 +149,7 @@ class VoteResult:
 
 
 def _keys(approval_id: str) -> list[str]:
-    return [approval_key(approval_id), PENDING_KEY, DECIDED_KEY]
+    return [approval_key(approval_id), PENDING_KEY, DECIDED_KEY, RUNNING_KEY]
 
 
 def transition(
@@ -166,6 +182,67 @@ def vote(
     if code in (2, 3):
         return VoteResult("counted" if code == 2 else "duplicate", count=int(_text(detail)))
     return VoteResult("lost", previous=_text(detail), decided_by=_text(decided_by) or None)
+
+
+def lease_key(approval_id: str) -> str:
+    return f"{PREFIX}lease:{approval_id}"
+
+
+def hold_lease(conn: redis.Redis, approval_id: str, ttl: int) -> None:
+    """Say "a live worker runs this resume"; it lapses ``ttl`` seconds after its holder dies."""
+    conn.set(lease_key(approval_id), repr(time.time()), ex=ttl)
+
+
+def drop_lease(conn: redis.Redis, approval_id: str) -> None:
+    conn.delete(lease_key(approval_id))
+
+
+def mark_tool_started(conn: redis.Redis, approval_id: str) -> bool:
+    """Record, before the gated tool starts, that it is about to run; False if already marked.
+
+    The mark is what lets a later attempt know the tool may have run: at most once per decision.
+    """
+    return bool(conn.hsetnx(approval_key(approval_id), "tool_started", repr(time.time())))
+
+
+def mark_tool_finished(conn: redis.Redis, approval_id: str) -> None:
+    conn.hset(approval_key(approval_id), "tool_finished", repr(time.time()))
+
+
+def running_ids(conn: redis.Redis) -> list[str]:
+    """Approvals whose resume is (or was, if its worker died) running."""
+    return [_text(i) for i in cast(list[bytes], conn.zrange(RUNNING_KEY, 0, -1))]
+
+
+# KEYS: approval hash, running zset, lease. ARGV: id.
+_RECOVER_LUA = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if status ~= 'running' then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return 'gone'
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then return 'alive' end
+redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('HEXISTS', KEYS[1], 'tool_started') == 1 then
+  redis.call('HSET', KEYS[1], 'status', 'interrupted')
+  return 'interrupted'
+end
+redis.call('HSET', KEYS[1], 'status', redis.call('HGET', KEYS[1], 'decided_status'))
+return 'requeue'
+"""
+
+
+def recover(conn: redis.Redis, approval_id: str) -> str:
+    """Settle a running approval whose worker died (its lease lapsed), atomically.
+
+    Returns ``alive`` (a worker still holds it), ``gone`` (no longer running), ``interrupted``
+    (the gated tool may have run: a person must decide) or ``requeue`` (the tool never
+    started: the approval is back to its decided status and can simply be resumed again).
+    """
+    assert Status.INTERRUPTED in TRANSITIONS[Status.RUNNING]
+    script = conn.register_script(_RECOVER_LUA)
+    keys = [approval_key(approval_id), RUNNING_KEY, lease_key(approval_id)]
+    return _text(script(keys=keys, args=[approval_id]))
 
 
 def create(conn: redis.Redis, approval: Approval, history: list[dict[str, Any]]) -> Any:
@@ -204,6 +281,7 @@ def _from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
             decision=_json(fields.get("decision")),
             result=_json(fields.get("result")),
             votes=_json(fields.get("votes")),
+            marks={k: _text(fields.get(k)) for k in ("tool_started", "tool_finished")},
         )
     except UnicodeDecodeError:
         raise CorruptRecord(f"approval {approval_id} is not valid UTF-8") from None

@@ -101,6 +101,7 @@ def env(
         "LLM_USER_PATH": str(tmp_path / "llm"),
         "TOOL_LEDGER": str(tmp_path / "tools.jsonl"),
         "SCRIPTED_LEDGER": str(tmp_path / "model.jsonl"),
+        "HOLD_FILE": str(tmp_path / "hold"),
     }
     for name in ("SLACK_APP_TOKEN", "APPROVERS", "APPROVALS_WORKER_CLASS"):
         monkeypatch.delenv(name, raising=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import redis
@@ -221,3 +222,20 @@ def card_showing(slack: SlackStandIn, card_ts: str, text: str) -> Message:
         return card if text in block_text(card) else None
 
     return wait_until(find, 20, f"the card to show {text!r}")
+
+
+def at_once(*actions: Any) -> list[Any]:
+    """Run the callables in threads released at the same instant; their results, in order."""
+    barrier = threading.Barrier(len(actions))
+    results: list[Any] = [None] * len(actions)
+
+    def run(index: int, action: Any) -> None:
+        barrier.wait()
+        results[index] = action()
+
+    threads = [threading.Thread(target=run, args=(i, a)) for i, a in enumerate(actions)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results

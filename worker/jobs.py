@@ -11,14 +11,17 @@ import functools
 import json
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import redis
 from slack_sdk import WebClient
 
 from approvals import agent, queue, review, slack, store
 from approvals.config import Settings
-from approvals.errors import ResumeError
+from approvals.errors import ResumeError, ToolAlreadyStarted
 from approvals.models import Approval, RunResult, Status, result_to_dict
+from approvals.recovery import LEASE_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +77,28 @@ def warn_expiry(approval_id: str) -> None:
 def resume_approval(approval_id: str) -> str:
     """Resume a decided approval, at most once, and record how the run ended."""
     conn, settings = _conn(), _settings()
+    # The lease comes first: a running approval without one is taken for dead by recovery.
+    store.hold_lease(conn, approval_id, LEASE_SECONDS)
     if not store.transition(conn, approval_id, Status.RUNNING).ok:
         log.warning("approval %s is not waiting to resume; not running it again", approval_id)
         return "skipped"
+    with _lease_kept(conn, approval_id):
+        return _resume(conn, settings, approval_id)
+
+
+def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
     approval = store.load(conn, approval_id)
     store.audit(conn, approval_id, "resume_started", "worker")
     # The card says "running" while the agent runs; the update must not delay the tool.
     shown = threading.Thread(target=_show_running, args=(approval,), daemon=True)
     shown.start()
     result = _run(conn, settings, approval)
+    if result.status is Status.INTERRUPTED:
+        store.transition(conn, approval_id, Status.INTERRUPTED)
+        store.audit(conn, approval_id, "interrupted", "worker", reason=result.error or "")
+        shown.join(timeout=15)
+        queue.enqueue_interrupted(conn, settings, approval_id)
+        return result.status.value
     store.transition(
         conn, approval_id, result.status, {"result": json.dumps(result_to_dict(result))}
     )
@@ -105,6 +121,8 @@ def resume_approval(approval_id: str) -> str:
 def _run(conn: redis.Redis, settings: Settings, approval: Approval) -> RunResult:
     try:
         resumed = agent.resume(conn, settings, approval)
+    except ToolAlreadyStarted as exc:  # another attempt started the tool: never twice
+        return RunResult(Status.INTERRUPTED, error=str(exc))
     except ResumeError as exc:
         return RunResult(Status.FAILED, error=str(exc))
     except Exception as exc:  # the agent's own failure is reported, not retried blindly
@@ -127,6 +145,30 @@ def _show_running(approval: Approval) -> None:
         slack.update_card(_client(), approval)
     except Exception:  # cosmetic: the final state is published by its own retried job
         log.warning("could not show approval %s as running", approval.id, exc_info=True)
+
+
+@contextmanager
+def _lease_kept(conn: redis.Redis, approval_id: str) -> Iterator[None]:
+    """Renew the lease while the resume runs; it lapses on its own if this process dies."""
+    done = threading.Event()
+
+    def renew() -> None:
+        while not done.wait(LEASE_SECONDS / 3):
+            store.hold_lease(conn, approval_id, LEASE_SECONDS)
+
+    keeper = threading.Thread(target=renew, daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        done.set()
+        keeper.join(timeout=5)
+        store.drop_lease(conn, approval_id)
+
+
+def announce_interrupted(approval_id: str) -> None:
+    """Show an interrupted run on the card, with Retry, and explain it in the thread."""
+    slack.announce_interrupted(_client(), store.load(_conn(), approval_id))
 
 
 def publish_result(approval_id: str) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 from rq import SimpleWorker, Worker
 from rq.serializers import JSONSerializer
@@ -10,8 +12,12 @@ from rq.serializers import JSONSerializer
 import worker.jobs  # noqa: F401 - imported once here so forked work-horses inherit it
 from approvals import store
 from approvals.config import Settings
+from approvals.logs import configure_logging
 from approvals.plugins import load_plugins
 from approvals.queue import get_queue
+from approvals.recovery import recover_dead_runs
+
+log = logging.getLogger(__name__)
 
 
 def run_worker(settings: Settings, *, burst: bool = False, name: str | None = None) -> bool:
@@ -34,5 +40,25 @@ def run_worker(settings: Settings, *, burst: bool = False, name: str | None = No
         # Heartbeats while a job runs: a dead work-horse is noticed within a few seconds.
         job_monitoring_interval=5,
     )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging(settings)
+    if not burst:
+        _start_recovery(settings)
     return bool(worker.work(burst=burst, with_scheduler=True, logging_level="INFO"))
+
+
+def _start_recovery(settings: Settings) -> None:
+    """Look for resumes whose worker died, every maintenance interval, in the background.
+
+    Every worker runs it; ``store.recover`` is atomic, so they never settle one run twice.
+    """
+
+    def loop() -> None:
+        conn = store.connect(settings)
+        while True:
+            try:
+                recover_dead_runs(conn, settings)
+            except Exception:  # Redis restarting, say: try again next round
+                log.warning("recovery round failed", exc_info=True)
+            time.sleep(settings.maintenance_interval)
+
+    threading.Thread(target=loop, name="approvals-recovery", daemon=True).start()

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
-from approvals import requires_approval
+from approvals import idempotency_key, requires_approval
 
 
 def _record(tool: str, **arguments: Any) -> None:
@@ -77,3 +78,15 @@ def restart_service(name: str) -> str:
     """Restart a service (only members of the SOPS user group may decide)."""
     _record("restart_service", name=name)
     return f"restarted {name}"
+
+
+@requires_approval(summary="Charge {amount}")
+def charge_card(amount: int) -> str:
+    """Charge a card. While the file named by HOLD_FILE exists the call blocks, so a test can
+    kill the worker in the middle of it."""
+    _record("charge_card", amount=amount, key=idempotency_key())
+    hold = os.environ.get("HOLD_FILE")
+    while hold and os.path.exists(hold):
+        time.sleep(0.02)
+    _record("charge_card_done", amount=amount, key=idempotency_key())
+    return f"charged {amount}"

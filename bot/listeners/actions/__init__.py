@@ -9,10 +9,17 @@ from slack_bolt import Ack, App, Respond
 from slack_sdk import WebClient
 
 from approvals import slack
-from approvals.cards import APPROVE_ACTION, EDIT_ACTION, REJECT_ACTION, RESPOND_ACTION
+from approvals.cards import (
+    APPROVE_ACTION,
+    EDIT_ACTION,
+    REJECT_ACTION,
+    RESPOND_ACTION,
+    RETRY_ACTION,
+    build_retry_message,
+)
 from approvals.errors import ApprovalsError
 from approvals.models import DecisionKind, Status
-from approvals.review import decide, precheck
+from approvals.review import decide, precheck, retry
 from bot.listeners.commands import answer_pending
 from bot.modals import build_edit_modal, build_reject_modal, build_respond_modal
 from bot.pending import NEXT_PAGE_ACTION
@@ -31,6 +38,7 @@ def register(app: App) -> None:
     for action in _MODALS:
         app.action(action)(handle_open_modal)
     app.action(NEXT_PAGE_ACTION)(handle_next_page)
+    app.action(RETRY_ACTION)(handle_retry)
 
 
 def _clicked(body: dict[str, Any]) -> tuple[str, str, str | None]:
@@ -103,3 +111,19 @@ def handle_next_page(
         _tell(respond, "That list is out of date; type /agent-pending again.")
         return
     answer_pending(runtime_of(context), respond, user, query, offset, replace=True)
+
+
+def handle_retry(
+    ack: Ack, body: dict[str, Any], context: dict[str, Any], client: WebClient, respond: Respond
+) -> None:
+    """A person judged that running an interrupted tool again is safe."""
+    ack()
+    runtime = runtime_of(context)
+    approval_id, user, _ = _clicked(body)
+    try:
+        approval = retry(runtime.conn, runtime.settings, approval_id, user, runtime.members_of)
+    except ApprovalsError as exc:
+        _tell(respond, explain(exc))
+        return
+    slack.update_card(client, approval)
+    slack.reply(client, approval, build_retry_message(user), "Retried: running it again")

@@ -1,0 +1,143 @@
+"""Faults injected for real: workers killed mid-tool, racing deciders, restarts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from approvals import run_agent, store
+from approvals.cli import cli
+from approvals.errors import ApprovalsError
+from approvals.models import DecisionKind, Status
+from tests.agents import tools
+from tests.agents.scripted import calls, say, script
+from tests.e2e import (
+    action_blocks,
+    at_once,
+    block_text,
+    card_of,
+    card_showing,
+    click,
+    reply_containing,
+    tool_runs,
+    wait_status,
+)
+from tests.processes import start_worker, wait_for_workers, wait_until
+
+
+def _pause(tool: str, arguments: dict) -> str:
+    prompt = script(calls((tool, arguments)), say("done: {results}"))
+    outcome = run_agent("scripted", prompt, tools=[tools.charge_card, tools.delete_path])
+    assert outcome.pause_id
+    return outcome.pause_id
+
+
+def test_a_worker_killed_inside_the_gated_tool_never_runs_it_twice(
+    services, slack, env, conn, tmp_path
+):
+    """SIGKILL mid-tool: the tool is not rerun, the card says interrupted, Retry runs it."""
+    pause_id = _pause("charge_card", {"amount": 42})
+    card = card_of(slack, pause_id)
+    hold = Path(env["HOLD_FILE"])
+    hold.touch()
+    click(slack, services.bot_url, "approve", pause_id, card_ts=card.ts)
+    (started,) = wait_until(lambda: tool_runs(env, "charge_card"), 20, "the tool to start")
+
+    # The machine dies: the work-horse inside the tool (RQ gives it its own session), the
+    # worker and its scheduler, all at once.
+    (worker,) = services.workers
+    os.kill(started["pid"], signal.SIGKILL)
+    os.killpg(worker.popen.pid, signal.SIGKILL)
+    worker.stop()
+    hold.unlink()
+    replacement = start_worker(env, tmp_path / "worker2.log", f"w2-{time.time_ns()}")
+    services.workers = [replacement]
+    wait_for_workers(env, services.workers, 1)
+
+    interrupted = wait_status(conn, pause_id, Status.INTERRUPTED, timeout=60)
+    assert interrupted.tool_started_at is not None and interrupted.tool_finished_at is None
+    shown = card_showing(slack, card.ts, "Interrupted")
+    (retry_block,) = action_blocks(shown)
+    assert [e["action_id"] for e in retry_block["elements"]] == ["approval_retry"]
+    assert "may or may not have finished" in block_text(
+        reply_containing(slack, card.ts, "worker stopped")
+    )
+    assert len(tool_runs(env, "charge_card")) == 1  # not run again by anyone
+    assert tool_runs(env, "charge_card_done") == []
+
+    status, _ = click_retry(slack, services.bot_url, pause_id, card.ts)
+    assert status == 200
+    done = wait_status(conn, pause_id, Status.COMPLETED, timeout=30)
+    assert "charged 42" in done.result.tool_output
+    starts = tool_runs(env, "charge_card")
+    assert len(starts) == 2  # the second run is the person's Retry
+    assert {r["arguments"]["key"] for r in starts} == {pause_id}  # one idempotency key
+    events = [e["event"] for e in store.audit_trail(conn, pause_id)]
+    assert events.count("interrupted") == 1 and events.count("retried") == 1
+
+
+def click_retry(slack, bot_url, approval_id, card_ts):
+    from tests.conftest import CHANNEL, SIGNING_SECRET
+    from tests.slack_requests import block_actions_payload, send_interaction
+
+    payload = block_actions_payload(
+        user_id="UALICE",
+        action_id="approval_retry",
+        value=approval_id,
+        channel_id=CHANNEL,
+        message_ts=card_ts,
+        response_url=slack.new_response_url(),
+    )
+    return send_interaction(bot_url, SIGNING_SECRET, payload)
+
+
+def test_the_cli_and_slack_deciding_at_once_have_one_winner(services, slack, env, conn):
+    """`approvals approve` and an Approve click at the same moment: exactly one decision."""
+    for _ in range(5):
+        pause_id = _pause("delete_path", {"path": "race"})
+        card = card_of(slack, pause_id)
+        cli_exit, _ = at_once(
+            lambda pause_id=pause_id: CliRunner().invoke(cli, ["approve", pause_id]).exit_code,
+            lambda pause_id=pause_id, ts=card.ts: click(
+                slack, services.bot_url, "approve", pause_id, "UBOB", ts
+            ),
+        )
+        done = wait_status(conn, pause_id, Status.COMPLETED)
+        decided = [e for e in store.audit_trail(conn, pause_id) if e["event"] == "approved"]
+        assert len(decided) == 1
+        assert done.decision.actor == decided[0]["actor"]
+        assert cli_exit == (0 if done.decision.actor.startswith("cli:") else 1)
+    assert len(tool_runs(env, "delete_path")) == 5
+
+
+def test_a_click_racing_the_expiry_has_one_outcome(services, slack, env, conn):
+    """Approve and the expiry at the same instant: approved xor expired; the tool runs ≤ once."""
+    from approvals.config import Settings
+    from approvals.review import decide, expire
+
+    settings = Settings.from_env()
+    outcomes = []
+    for _ in range(6):
+        pause_id = _pause("delete_path", {"path": "race"})
+        decided, expired = at_once(
+            lambda pause_id=pause_id: _try(
+                lambda: decide(conn, settings, pause_id, DecisionKind.APPROVE, "UALICE")
+            ),
+            lambda pause_id=pause_id: expire(conn, settings, pause_id),
+        )
+        assert (decided is None) != (expired is None)  # exactly one of them won
+        final = wait_status(conn, pause_id, Status.COMPLETED)
+        outcomes.append(final.decision.kind)
+    runs = tool_runs(env, "delete_path")
+    assert len(runs) == outcomes.count(DecisionKind.APPROVE)
+
+
+def _try(action):
+    try:
+        return action()
+    except ApprovalsError:
+        return None
