@@ -75,6 +75,8 @@ class Settings:
     #: these bring both under a minute (see README, "Running in production").
     worker_ttl: int = 30
     maintenance_interval: int = 5
+    #: "text" for people reading a terminal; "json" (one object per line) for log collectors.
+    log_format: str = "text"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -85,6 +87,9 @@ class Settings:
             raise ConfigError(
                 f"APPROVALS_WORKER_CLASS must be Worker or SimpleWorker, got {worker_class!r}"
             )
+        log_format = env.get("APPROVALS_LOG_FORMAT") or "text"
+        if log_format not in ("text", "json"):
+            raise ConfigError(f"APPROVALS_LOG_FORMAT must be text or json, got {log_format!r}")
         return cls(
             redis_url=env.get("REDIS_URL") or DEFAULT_REDIS_URL,
             slack_bot_token=env.get("SLACK_BOT_TOKEN") or None,
@@ -103,6 +108,7 @@ class Settings:
             job_timeout=_int(env, "APPROVALS_JOB_TIMEOUT", 600),
             worker_ttl=_int(env, "APPROVALS_WORKER_TTL", 30),
             maintenance_interval=_int(env, "APPROVALS_MAINTENANCE_INTERVAL", 5),
+            log_format=log_format,
         )
 
     def require(self, *names: str) -> None:

@@ -1,0 +1,225 @@
+"""``approvals dev`` and ``approvals demo``: run everything locally, and try it.
+
+``dev`` owns a Redis server (unless ``REDIS_URL`` is set), serves the Slack sandbox (unless
+Slack tokens are set) and supervises the production ``approvals bot`` and ``approvals worker``
+commands. It writes ``<data-dir>/dev.json`` so that ``demo`` (and agents, through the printed
+``REDIS_URL``) find its Redis and channel without any configuration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from approvals.config import Settings
+from approvals.dev.redis_server import OwnedRedis
+from approvals.dev.sandbox.server import Sandbox
+from approvals.dev.supervisor import ChildSpec, LineHandler, Supervisor
+from approvals.errors import ApprovalsError
+
+DEFAULT_DATA_DIR = ".approvals"
+SANDBOX_CHANNEL = "C0APPROVALS"
+#: The people in the sandbox: you (the first, who decides by default) and a teammate, on
+#: whose behalf the demo agent runs (nobody may approve their own request).
+SANDBOX_USERS = {"U0DEV": getpass.getuser(), "U0TEAMMATE": "teammate"}
+DEMO_REQUESTER = "U0TEAMMATE"
+DEMO_PLUGIN = "approvals.dev.demo"
+INFO_FILE = "dev.json"
+_LISTENING = "approvals bot listening on "
+
+_data_dir = click.option(
+    "--data-dir",
+    default=DEFAULT_DATA_DIR,
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where Redis keeps its data and the sandbox its channel.",
+)
+
+
+@click.command(name="dev")
+@click.option(
+    "--port", default=3000, show_default=True, help="Port of the sandbox (0 picks a free one)."
+)
+@click.option("--sandbox", is_flag=True, help="Use the local sandbox even if Slack tokens are set.")
+@_data_dir
+def dev_run(port: int, sandbox: bool, data_dir: Path) -> None:
+    """Run Redis, the bot, a worker and a local Slack sandbox: no workspace, no setup."""
+    try:
+        with _redis(data_dir) as redis_url:
+            use_sandbox = sandbox or not os.environ.get("SLACK_BOT_TOKEN")
+            with _slack(use_sandbox, port, data_dir) as slack:
+                _supervise(data_dir, redis_url, slack, port)
+    except ApprovalsError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.command(name="demo")
+@_data_dir
+def demo_run(data_dir: Path) -> None:
+    """Run an offline demo agent that lists files, then asks to delete one."""
+    from approvals.dev.demo import AGENT, run_demo
+
+    info = _read_info(data_dir)
+    env = {**os.environ}
+    for name, key in (("REDIS_URL", "redis_url"), ("APPROVALS_CHANNEL", "channel")):
+        env[name] = env.get(name) or str(info.get(key) or "")
+    if not env["REDIS_URL"]:
+        raise click.ClickException(
+            f"approvals dev is not running with --data-dir {data_dir}; start it, or set REDIS_URL"
+        )
+    try:
+        outcome = run_demo(Settings.from_env(env), data_dir / "demo", info.get("requester"))
+    except ApprovalsError as exc:
+        raise click.ClickException(str(exc)) from None
+    where = info.get("sandbox_url") or "your Slack channel"
+    click.echo(f"{AGENT} listed its build folder and now asks to delete a file.")
+    click.echo(f"Approve, reject or edit its card at {where} (approval {outcome.pause_id}).")
+
+
+@contextlib.contextmanager
+def _redis(data_dir: Path) -> Iterator[str]:
+    """``REDIS_URL`` when set; else a Redis server owned by this process, for its lifetime."""
+    if os.environ.get("REDIS_URL"):
+        click.echo(f"approvals dev: using REDIS_URL={os.environ['REDIS_URL']}")
+        yield os.environ["REDIS_URL"]
+        return
+    _make_data_dir(data_dir)
+    server = OwnedRedis(data_dir / "redis")
+    url = server.start()
+    try:
+        click.echo(f"approvals dev: Redis {server.version()} at {url} (AOF on, {server.folder})")
+        yield url
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def _slack(use_sandbox: bool, port: int, data_dir: Path) -> Iterator[Sandbox | None]:
+    if not use_sandbox:
+        mode = "Socket Mode" if os.environ.get("SLACK_APP_TOKEN") else f"HTTP on port {port}"
+        click.echo(f"approvals dev: connecting to your Slack workspace ({mode})")
+        yield None
+        return
+    _make_data_dir(data_dir)
+    channel = os.environ.get("APPROVALS_CHANNEL") or SANDBOX_CHANNEL
+    sandbox = Sandbox(
+        channel=channel,
+        channel_name="approvals",
+        users=SANDBOX_USERS,
+        state_file=data_dir / "sandbox.json",
+    )
+    try:
+        sandbox.start(port=port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve the sandbox on port {port}: {exc}") from None
+    try:
+        click.echo(f"approvals dev: Slack sandbox at {sandbox.url}")
+        yield sandbox
+    finally:
+        sandbox.stop()
+
+
+def _supervise(data_dir: Path, redis_url: str, sandbox: Sandbox | None, port: int) -> None:
+    env = _child_env(redis_url, sandbox)
+    # Behind the sandbox the bot takes any free port; for real Slack, the one asked for.
+    bot_port = "0" if sandbox else str(port)
+    bot = [sys.executable, "-m", "approvals", "bot", "--host", "127.0.0.1", "--port", bot_port]
+    specs = [
+        ChildSpec("bot", bot, env),
+        ChildSpec("worker", [sys.executable, "-m", "approvals", "worker"], env),
+    ]
+    supervisor = Supervisor(specs, sys.stdout, on_line=_bot_watcher(sandbox))
+    info = {
+        "pid": os.getpid(),
+        "redis_url": redis_url,
+        "channel": env.get("APPROVALS_CHANNEL", ""),
+        "sandbox_url": sandbox.url if sandbox else None,
+        "requester": DEMO_REQUESTER if sandbox else None,
+    }
+    info_file = data_dir / INFO_FILE
+    _make_data_dir(data_dir)
+    info_file.write_text(json.dumps(info, indent=2) + "\n")
+    _print_banner(info)
+    previous = _stop_on_signals(supervisor)
+    try:
+        supervisor.run()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        with contextlib.suppress(FileNotFoundError):
+            info_file.unlink()
+        click.echo("approvals dev: stopped")
+
+
+def _child_env(redis_url: str, sandbox: Sandbox | None) -> dict[str, str]:
+    """The bot's and the worker's environment: this one, pointed at our Redis and sandbox."""
+    plugins = [p.strip() for p in os.environ.get("APPROVALS_LLM_PLUGINS", "").split(",")]
+    plugins = [p for p in plugins if p and p != DEMO_PLUGIN]
+    # The worker resumes the demo agent, so it needs the demo's model.
+    env = {"REDIS_URL": redis_url, "APPROVALS_LLM_PLUGINS": ",".join([*plugins, DEMO_PLUGIN])}
+    if sandbox is not None:
+        env.update(
+            SLACK_BOT_TOKEN=sandbox.token,
+            SLACK_SIGNING_SECRET=sandbox.signing_secret,
+            SLACK_API_URL=sandbox.api_url,
+            SLACK_APP_TOKEN="",  # HTTP mode: the sandbox posts signed requests to the bot
+            APPROVALS_CHANNEL=sandbox.channel,
+        )
+    return env
+
+
+def _bot_watcher(sandbox: Sandbox | None) -> LineHandler:
+    """Tell the sandbox where the bot listens each time it (re)starts, on its new port."""
+
+    def on_line(name: str, line: str) -> None:
+        if sandbox is not None and name == "bot" and _LISTENING in line:
+            url = line.split(_LISTENING, 1)[1].strip()
+            sandbox.set_bot_url(url)
+            click.echo(f"approvals dev: ready. Open {sandbox.url} and run `approvals demo`.")
+
+    return on_line
+
+
+def _stop_on_signals(supervisor: Supervisor) -> dict[int, Any]:
+    """Ctrl-C and SIGTERM stop the children in order (a second one is not ignored)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        supervisor.say("approvals dev: stopping the bot and the worker…")
+        supervisor.stop()
+        default = signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler
+        signal.signal(signum, default)
+
+    return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _print_banner(info: Mapping[str, Any]) -> None:
+    click.echo("approvals dev: agents in other terminals need:")
+    click.echo(f"  export REDIS_URL='{info['redis_url']}' APPROVALS_CHANNEL={info['channel']}")
+
+
+def _make_data_dir(data_dir: Path) -> None:
+    """Create the folder, and keep git out of it (it holds Redis data and local state)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    ignore = data_dir / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# made by approvals dev\n*\n")
+
+
+def _read_info(data_dir: Path) -> dict[str, Any]:
+    """``dev.json`` of a running ``approvals dev``; empty if none runs on ``data_dir``."""
+    try:
+        info = json.loads((data_dir / INFO_FILE).read_text())
+        os.kill(int(info["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return info if isinstance(info, dict) else {}

@@ -1,0 +1,426 @@
+"""``approvals doctor``: is this installation able to pause, post, decide and resume?
+
+Each check is one small function that returns a ``Check``: a name, a level and one sentence
+that says, in plain words, what was found and what it means for approvals. Nothing here
+writes to Redis or Slack: the checks read configuration and counters only (RQ's registries
+are counted without their usual clean-up).
+
+- ``redis``: reachable at ``REDIS_URL``, and version 5 or newer (RQ and the audit streams need it).
+- ``persistence``: AOF and ``appendfsync``, i.e. which recent pauses a crash would lose.
+- ``queue``: jobs waiting, scheduled (expiries, warnings, retries) and failed.
+- ``workers``: RQ workers listening on the queue.
+- ``scheduler``: whether a worker's RQ scheduler holds the queue's lock; without one, expiries,
+  warnings and Slack retries never fire.
+- ``slack``: ``auth.test`` with ``SLACK_BOT_TOKEN``.
+- ``scopes``: the token's scopes, from the ``X-OAuth-Scopes`` header of ``auth.test``.
+- ``channel``: ``APPROVALS_CHANNEL`` is set and Slack knows it.
+
+Checks that depend on an earlier failed one are reported as not checked, rather than repeating
+the same failure.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from rq import Worker
+from rq.scheduler import SCHEDULER_KEY_TEMPLATE, RQScheduler
+from rq.serializers import JSONSerializer
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web import SlackResponse
+
+from approvals import queue, slack
+from approvals.config import Settings
+from approvals.errors import ConfigError
+
+MIN_REDIS_VERSION = (5, 0, 0)
+#: Scopes every installation needs: posting cards, and ``/agent-pending``.
+REQUIRED_SCOPES = ("chat:write", "commands")
+#: Needed only to resolve ``APPROVER_GROUPS``.
+GROUP_SCOPE = "usergroups:read"
+
+
+class Level(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    level: Level
+    message: str
+
+
+#: auth.test's answer, or why there is none.
+Auth = SlackResponse | str
+
+
+def run_checks(settings: Settings) -> list[Check]:
+    """Every check, in the order they are printed."""
+    return _redis_checks(settings) + _slack_checks(settings)
+
+
+def _redis_checks(settings: Settings) -> list[Check]:
+    # Not store.connect(): a doctor must answer even when Redis is a black hole, so it times out.
+    conn = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        first = check_redis(conn, settings)
+        later: list[tuple[str, Callable[[], Check]]] = [
+            ("persistence", lambda: check_persistence(conn)),
+            ("queue", lambda: check_queue(conn, settings)),
+            ("workers", lambda: check_workers(conn, settings)),
+            ("scheduler", lambda: check_scheduler(conn, settings)),
+        ]
+        if first.level is Level.FAIL:
+            return [first, *(_not_checked(name, "Redis") for name, _ in later)]
+        return [first, *(_guarded(name, check) for name, check in later)]
+    finally:
+        conn.close()
+
+
+def _slack_checks(settings: Settings) -> list[Check]:
+    auth = slack_auth(settings)
+    first = check_slack(auth, settings)
+    if first.level is Level.FAIL:
+        return [first, _not_checked("scopes", "Slack"), check_channel(settings, None)]
+    return [first, check_scopes(auth, settings), check_channel(settings, auth)]
+
+
+def _not_checked(name: str, failed: str) -> Check:
+    return Check(name, Level.WARN, f"not checked, because the {failed} check failed")
+
+
+def _guarded(name: str, check: Callable[[], Check]) -> Check:
+    """Run a Redis check; a Redis error (an ACL refusal, a timeout) fails it, not the command."""
+    try:
+        return check()
+    except redis.RedisError as exc:
+        return Check(name, Level.FAIL, f"Redis refused or failed the query: {exc}")
+
+
+# ---------------------------------------------------------------------------------- Redis
+
+
+def check_redis(conn: redis.Redis, settings: Settings) -> Check:
+    """Redis answers at ``REDIS_URL`` and is at least version 5."""
+    where = safe_url(settings.redis_url)
+    try:
+        info = conn.info("server")
+    except redis.RedisError as exc:
+        return Check("redis", Level.FAIL, f"cannot reach Redis at {where}: {exc}")
+    version = str(info.get("redis_version", "0"))
+    if _version(version) < MIN_REDIS_VERSION:
+        return Check(
+            "redis",
+            Level.FAIL,
+            f"Redis {version} at {where} is too old: RQ and the audit streams need Redis 5+",
+        )
+    return Check("redis", Level.OK, f"Redis {version} at {where}")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for part in text.split("."):
+        digits = "".join(c for c in part if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+#: What each ``appendfsync`` policy can lose when the machine (not just Redis) goes down.
+_FSYNC = {
+    "everysec": (Level.OK, "a power loss or OS crash can lose about the last second of writes"),
+    "always": (Level.OK, "every write is on disk before Redis answers, so next to nothing is lost"),
+    "no": (
+        Level.WARN,
+        "the OS flushes when it likes, so a power loss or OS crash can lose up to ~30 s of "
+        "writes; appendfsync everysec bounds that to ~1 s",
+    ),
+}
+
+
+def check_persistence(conn: redis.Redis) -> Check:
+    """AOF on, and what its ``appendfsync`` policy can lose; AOF off loses recent pauses."""
+    try:
+        config = _config(conn, "appendonly", "appendfsync", "save")
+    except redis.ResponseError as exc:  # managed Redis often disables or renames CONFIG
+        persistence = conn.info("persistence")
+        if str(persistence.get("aof_enabled")) == "1":
+            return Check(
+                "persistence", Level.OK, f"AOF is on; appendfsync unknown (CONFIG GET: {exc})"
+            )
+        config = {"appendonly": "no"}
+    if config.get("appendonly") != "yes":
+        lost = (
+            "every pause, saved history and queued job is lost (snapshots are off too)"
+            if config.get("save") == ""
+            else "the pauses, saved histories and queued jobs written since the last snapshot "
+            "are lost"
+        )
+        return Check(
+            "persistence",
+            Level.WARN,
+            "AOF is off (appendonly no): if redis-server is killed (kill -9, the OOM killer, a "
+            f"crash), {lost}. Set appendonly yes and appendfsync everysec",
+        )
+    fsync = config.get("appendfsync", "")
+    level, loses = _FSYNC.get(fsync, (Level.WARN, "unknown policy"))
+    return Check("persistence", level, f"AOF is on, appendfsync {fsync}: {loses}")
+
+
+def _config(conn: redis.Redis, *names: str) -> dict[str, str]:
+    """``CONFIG GET`` one name at a time (Redis before 7 takes a single pattern)."""
+    found: dict[str, str] = {}
+    for name in names:
+        answer = cast(Mapping[Any, Any], conn.config_get(name))
+        for key, value in answer.items():
+            found[_text(key)] = _text(value)
+    return found
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# ---------------------------------------------------------------------------------- RQ
+
+
+def check_queue(conn: redis.Redis, settings: Settings) -> Check:
+    """Jobs waiting, scheduled and failed; failed jobs are cards or updates that never happened."""
+    jobs = queue.get_queue(conn, settings)
+    waiting = jobs.count
+    scheduled = jobs.scheduled_job_registry.get_job_count(cleanup=False)
+    failed = jobs.failed_job_registry.get_job_count(cleanup=False)
+    counts = (
+        f"queue {settings.queue}: {waiting} waiting, {scheduled} scheduled "
+        f"(expiries, warnings, retries), {failed} failed"
+    )
+    if failed:
+        return Check(
+            "queue",
+            Level.WARN,
+            f"{counts}; each failed job is a card post, expiry or Slack update that did not "
+            "happen after its retries (RQ keeps them in its FailedJobRegistry for a year)",
+        )
+    return Check("queue", Level.OK, counts)
+
+
+def check_workers(conn: redis.Redis, settings: Settings) -> Check:
+    """At least one RQ worker listens on the queue; without one nothing is posted or resumed."""
+    workers = Worker.all(queue=queue.get_queue(conn, settings), serializer=JSONSerializer)
+    if not workers:
+        return Check(
+            "workers",
+            Level.WARN,
+            f"no worker listens on queue {settings.queue}: cards are not posted and decided "
+            "approvals do not resume. Start `approvals worker` (two or more in production)",
+        )
+    names = ", ".join(sorted(f"{w.name} ({w.hostname}, {w.get_state()})" for w in workers))
+    plural = "s" if len(workers) > 1 else ""
+    return Check("workers", Level.OK, f"{len(workers)} worker{plural} on {settings.queue}: {names}")
+
+
+def check_scheduler(conn: redis.Redis, settings: Settings) -> Check:
+    """Some worker's RQ scheduler holds the queue's scheduler lock.
+
+    RQ 3.0 keeps the lock at ``rq:scheduler-lock:<queue>`` (``RQScheduler.get_locking_key``),
+    holding the scheduler's name, with a TTL of about a minute that its heartbeat renews.
+    """
+    key = str(RQScheduler.get_locking_key(settings.queue))
+    holder = cast(bytes | None, conn.get(key))
+    if holder is None:
+        return Check(
+            "scheduler",
+            Level.WARN,
+            f"no RQ scheduler holds {key}: expiries, expiry warnings and Slack retries do not "
+            "fire. Every `approvals worker` runs one, and takes a free lock within "
+            f"APPROVALS_MAINTENANCE_INTERVAL ({settings.maintenance_interval} s)",
+        )
+    name = _text(holder)
+    raw = cast(dict[bytes, bytes], conn.hgetall(SCHEDULER_KEY_TEMPLATE % name))
+    meta = {_text(k): _text(v) for k, v in raw.items()}
+    where = (
+        f" (pid {meta['pid']} on {meta['hostname']})"
+        if "pid" in meta and "hostname" in meta
+        else ""
+    )
+    return Check("scheduler", Level.OK, f"RQ scheduler {name}{where} holds {key}")
+
+
+# ---------------------------------------------------------------------------------- Slack
+
+
+def slack_auth(settings: Settings) -> Auth:
+    """``auth.test``'s answer, or why there is none (one call, shared by the Slack checks)."""
+    try:
+        client = slack.web_client(settings)
+    except ConfigError:
+        return "SLACK_BOT_TOKEN is not set"
+    try:
+        return client.auth_test()
+    except SlackApiError as exc:
+        error = str(exc.response.get("error"))
+        meaning = _TOKEN_ERRORS.get(error, "see auth.test in Slack's API docs")
+        return f"Slack refused the token: {error} ({meaning})"
+    except (SlackClientError, OSError) as exc:
+        return f"cannot reach Slack at {settings.slack_api_url}: {exc}"
+
+
+_TOKEN_ERRORS = {
+    "invalid_auth": "SLACK_BOT_TOKEN is wrong, or belongs to another workspace",
+    "not_authed": "no token reached Slack",
+    "token_revoked": "the token was revoked; reinstall the app and copy the new one",
+    "account_inactive": "the app was uninstalled or its workspace deleted",
+    "token_expired": "the token expired; this app does not use token rotation",
+}
+
+
+def check_slack(auth: Auth, settings: Settings) -> Check:
+    """``auth.test`` succeeded: the bot token is valid for a workspace."""
+    if isinstance(auth, str):
+        return Check("slack", Level.FAIL, auth)
+    return Check(
+        "slack",
+        Level.OK,
+        f"authenticated as {auth.get('user')} ({auth.get('user_id')}) in {auth.get('team')} "
+        f"at {settings.slack_api_url}",
+    )
+
+
+def check_scopes(auth: Auth, settings: Settings) -> Check:
+    """The token has ``chat:write`` and ``commands`` (and ``usergroups:read`` for groups).
+
+    Slack lists a token's scopes in the ``X-OAuth-Scopes`` header of every answer; the sync
+    ``WebClient`` hands headers over as a plain dict keeping the server's spelling (Slack
+    sends them in lower case), so the name is matched without regard to case.
+    """
+    if isinstance(auth, str):
+        return _not_checked("scopes", "Slack")
+    header = next((v for k, v in auth.headers.items() if k.lower() == "x-oauth-scopes"), None)
+    if header is None:
+        return Check("scopes", Level.WARN, "Slack did not list the token's scopes (X-OAuth-Scopes)")
+    granted = {s.strip() for s in str(header).split(",") if s.strip()}
+    needed = list(REQUIRED_SCOPES) + ([GROUP_SCOPE] if settings.approver_groups else [])
+    missing = [s for s in needed if s not in granted]
+    if missing:
+        return Check(
+            "scopes",
+            Level.FAIL,
+            f"the token lacks {', '.join(missing)} ({_why_scopes(missing)}). Add them under "
+            "OAuth & Permissions (or in manifest.yml) and reinstall the app",
+        )
+    return Check("scopes", Level.OK, f"the token has {', '.join(needed)}")
+
+
+def _why_scopes(missing: list[str]) -> str:
+    why = {
+        "chat:write": "cards cannot be posted",
+        "commands": "/agent-pending does not work",
+        GROUP_SCOPE: "APPROVER_GROUPS cannot be resolved, so nobody gets in through a group",
+    }
+    return "; ".join(f"without {s}, {why[s]}" for s in missing)
+
+
+def check_channel(settings: Settings, auth: Auth | None) -> Check:
+    """``APPROVALS_CHANNEL`` is set and, when Slack lets us look, the bot is in it.
+
+    ``conversations.info`` needs ``channels:read``, which the manifest does not ask for, so a
+    ``missing_scope`` answer means "cannot verify", not a fault.
+    """
+    channel = settings.channel
+    if not channel:
+        return Check(
+            "channel",
+            Level.WARN,
+            "APPROVALS_CHANNEL is not set: an agent's first pause fails unless its gate or "
+            "run_agent names channel=",
+        )
+    if auth is None or isinstance(auth, str):
+        return Check(
+            "channel", Level.WARN, f"{channel}: not checked, because the Slack check failed"
+        )
+    try:
+        info = slack.web_client(settings).conversations_info(channel=channel)
+    except SlackApiError as exc:
+        error = str(exc.response.get("error"))
+        if error == "missing_scope":
+            return Check(
+                "channel",
+                Level.OK,
+                f"{channel}: cannot verify (the app has no channels:read scope, and needs none); "
+                "make sure the bot was invited to it",
+            )
+        return Check(
+            "channel", Level.FAIL, f"{channel}: Slack answered {error}; {_why_channel(error)}"
+        )
+    except (SlackClientError, OSError) as exc:
+        return Check("channel", Level.FAIL, f"{channel}: cannot ask Slack: {exc}")
+    return _channel_state(channel, cast(dict[str, Any], info.get("channel") or {}))
+
+
+def _why_channel(error: str) -> str:
+    if error == "channel_not_found":
+        return "check the id (C0..., at the bottom of the channel's details) and invite the bot"
+    return "cards may not reach it"
+
+
+def _channel_state(channel: str, info: dict[str, Any]) -> Check:
+    name = f"#{info['name']} ({channel})" if info.get("name") else channel
+    if info.get("is_archived"):
+        return Check("channel", Level.FAIL, f"{name} is archived: cards cannot be posted there")
+    if info.get("is_member") is False:
+        return Check(
+            "channel",
+            Level.FAIL,
+            f"the bot is not in {name}: without chat:write.public it cannot post there. "
+            "Invite it with /invite @approvals",
+        )
+    return Check("channel", Level.OK, f"{name}: the bot is a member")
+
+
+# ---------------------------------------------------------------------------------- output
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``, fit to print."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+
+
+def worst(checks: list[Check]) -> Level:
+    """The most serious level among ``checks``."""
+    levels = {c.level for c in checks}
+    return next((lv for lv in (Level.FAIL, Level.WARN) if lv in levels), Level.OK)
+
+
+def exit_code(checks: list[Check]) -> int:
+    """0 when all is well, 1 when a check failed, 2 when there are only warnings."""
+    return {Level.OK: 0, Level.FAIL: 1, Level.WARN: 2}[worst(checks)]
+
+
+def render_text(checks: list[Check]) -> str:
+    """One line per check: ``ok``, ``warn`` or ``FAIL``, the check's name, and the message."""
+    label = {Level.OK: "ok", Level.WARN: "warn", Level.FAIL: "FAIL"}
+    return "\n".join(f"{label[c.level]:<4}  {c.name:<11} {c.message}" for c in checks)
+
+
+def render_json(checks: list[Check]) -> str:
+    """``{"level": ..., "checks": [{"name", "level", "message"}, ...]}`` on one line."""
+    return json.dumps(
+        {
+            "level": worst(checks).value,
+            "checks": [asdict(c) | {"level": c.level.value} for c in checks],
+        }
+    )
