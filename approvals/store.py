@@ -8,8 +8,10 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:decided         zset    the most recent decisions, scored by decision time
     approvals:running         zset    ids of approvals whose resume is running, by start time
     approvals:lease:<id>      string  held (with a TTL) by the worker running the resume
+    approvals:lock:<id>:<what> string a short lock on one piece of work (posting the card)
     approvals:usergroup:<id>  string  cached members of a Slack user group (JSON list, TTL)
     approvals:audit:<id>      stream  what happened to the approval, with time and actor
+    approvals:seen:<sig>      string  a Slack request signature already accepted (TTL)
 
 The history lives apart from the hash so that listing and deciding never read it. Status
 changes go through ``transition``, a Lua compare-and-set: it checks the current status against
@@ -375,6 +377,18 @@ def cache_group(conn: redis.Redis, group_id: str, members: list[str], ttl: int) 
     conn.set(f"{PREFIX}usergroup:{group_id}", json.dumps(members), ex=ttl)
 
 
+def seen_key(signature: str) -> str:
+    return f"{PREFIX}seen:{signature}"
+
+
+def first_sighting(conn: redis.Redis, signature: str, ttl: int) -> bool:
+    """Remember a request signature for ``ttl`` seconds; False when it was remembered already.
+
+    Every bot replica shares these keys, so a replayed request is refused wherever it lands.
+    """
+    return bool(conn.set(seen_key(signature), b"1", nx=True, ex=ttl))
+
+
 def pending_count(conn: redis.Redis) -> int:
     return int(conn.zcard(PENDING_KEY))
 
@@ -382,6 +396,15 @@ def pending_count(conn: redis.Redis) -> int:
 def set_card(conn: redis.Redis, approval_id: str, card_ts: str) -> bool:
     """Remember where the card was posted; False if a card was already recorded."""
     return bool(conn.hsetnx(approval_key(approval_id), "card_ts", card_ts))
+
+
+def lock(conn: redis.Redis, approval_id: str, purpose: str, ttl: int) -> bool:
+    """Take a short-lived lock on some work for an approval; False while someone holds it."""
+    return bool(conn.set(f"{PREFIX}lock:{approval_id}:{purpose}", "1", nx=True, ex=ttl))
+
+
+def unlock(conn: redis.Redis, approval_id: str, purpose: str) -> None:
+    conn.delete(f"{PREFIX}lock:{approval_id}:{purpose}")
 
 
 def claim(conn: redis.Redis, approval_id: str, flag: str) -> bool:

@@ -25,6 +25,9 @@ from approvals.recovery import LEASE_SECONDS
 
 log = logging.getLogger(__name__)
 
+#: Longer than a card post can take with slack_sdk's own retries (Retry-After included).
+CARD_LOCK_SECONDS = 90
+
 
 @functools.cache
 def _settings() -> Settings:
@@ -41,12 +44,26 @@ def _client() -> WebClient:
     return slack.web_client(_settings())
 
 
+class CardBeingPosted(Exception):
+    """Another attempt is posting this card right now; RQ retries this job later."""
+
+
 def post_card(approval_id: str) -> str | None:
-    """Post the approval's card once; returns its ts (None when it was already posted)."""
+    """Post the approval's card once; returns its ts (None when it was already posted).
+
+    A short lock keeps two attempts (RQ runs jobs at least once) from posting it twice; if
+    the holder dies, the lock lapses and a retry posts the card.
+    """
     approval = store.load(_conn(), approval_id)
     if approval.card_ts is not None:
         return None
-    ts = slack.post_card(_client(), approval)
+    if not store.lock(_conn(), approval_id, "card", ttl=CARD_LOCK_SECONDS):
+        raise CardBeingPosted(approval_id)
+    try:
+        ts = slack.post_card(_client(), approval)
+    except Exception:
+        store.unlock(_conn(), approval_id, "card")  # Slack refused: let the retry post it
+        raise
     if store.set_card(_conn(), approval_id, ts):
         store.audit(_conn(), approval_id, "card_posted", "bot", channel=approval.channel, ts=ts)
     return ts
