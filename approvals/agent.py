@@ -8,6 +8,7 @@ rebuilds the chain from the saved history and lets llm execute the pending calls
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import secrets
 from collections.abc import Callable, Sequence
@@ -20,11 +21,14 @@ from llm.parts import Message, ToolResultPart
 
 from approvals import queue, store
 from approvals.config import Settings
-from approvals.errors import ConfigError, ToolAlreadyStarted
+from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
 from approvals.gate import gate_of, released
 from approvals.models import Approval, Decision, DecisionKind, SiblingResult
 from approvals.plugins import SyncModel, load_plugins, resolve_model
-from approvals.tools import describe_tool, import_tools, tool_refs
+from approvals.secrets import secret_names
+from approvals.tools import check_allowed, describe_tool, import_tools, tool_refs
+
+_LLM_VERSION = importlib.metadata.version("llm")
 
 #: Sibling outputs are shown on the card in short; the history keeps them whole.
 SIBLING_PREVIEW_CHARS = 500
@@ -86,7 +90,13 @@ def run_agent(
     settings = settings or Settings.from_env()
     load_plugins(settings)
     resolved = resolve_model(model)
-    tool_refs(tools)  # fail before the first model call, not at the pause
+    refs = tool_refs(tools)  # fail before the first model call, not at the pause
+    if settings.tool_modules:
+        for ref in refs:
+            try:
+                check_allowed(ref, settings.tool_modules)
+            except ResumeError as exc:
+                raise GateError(str(exc)) from None
     limit = chain_limit or settings.chain_limit
     context = _RunContext(
         conn=store.connect(settings),
@@ -121,7 +131,7 @@ def resume(conn: redis.Redis, settings: Settings, approval: Approval) -> Resumed
     decision = approval.decision
     assert decision is not None, "resume() needs a decided approval"
     history = [Message.from_dict(m) for m in store.load_history(conn, approval.id)]  # type: ignore[arg-type]
-    tools = import_tools(approval.tools)
+    tools = import_tools(approval.tools, settings.tool_modules)
     model = resolve_model(approval.model_id)
     ran: dict[str, Any] = {}
 
@@ -225,8 +235,10 @@ def _tool_named(context: _RunContext, name: str) -> Callable[..., Any] | None:
 def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext) -> str:
     call = pause.tool_call
     assert call is not None and call.tool_call_id is not None
-    gate = gate_of(_tool_named(context, call.name))
-    assert gate is not None
+    tool = _tool_named(context, call.name)
+    gate = gate_of(tool)
+    assert tool is not None and gate is not None
+    properties = describe_tool(tool).input_schema.get("properties", {})
     history: list[dict[str, Any]] = [dict(m.to_dict()) for m in base]
     if pause.tool_results:
         # Without these, the finished siblings of the paused turn would run again on resume.
@@ -257,6 +269,10 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         parent_id=context.parent_id,
         thread_ts=context.thread_ts,
         policy=gate.policy,
+        secret_arguments=secret_names(
+            [*call.arguments, *properties], context.settings.secret_names
+        ),
+        llm_version=_LLM_VERSION,
     )
     approval.expires_at = approval.created_at + (gate.expires_in or context.settings.expires_in)
     # One transaction: the approval exists with its card job and its expiry, or not at all.

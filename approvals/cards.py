@@ -12,6 +12,7 @@ from typing import Any
 
 from approvals.limits import FIELD_TEXT, HEADER_TEXT, SECTION_TEXT, truncate
 from approvals.models import Approval, DecisionKind, OnReject, Status
+from approvals.secrets import mask
 
 APPROVE_ACTION = "approval_approve"
 REJECT_ACTION = "approval_reject"
@@ -98,7 +99,7 @@ def build_card(approval: Approval) -> list[Block]:
     if approval.summary:
         blocks.append(_section(f"*{approval.summary}*"))
     blocks.append({"type": "section", "fields": _fields(approval)})
-    blocks.append(_section(arguments_text(approval.arguments)))
+    blocks.append(_section(arguments_text(approval.shown_arguments)))
     if approval.siblings:
         ran = "\n".join(
             f"• `{s.name}` → {truncate(s.output.replace(chr(10), ' '), 200)}"
@@ -107,7 +108,8 @@ def build_card(approval: Approval) -> list[Block]:
         blocks.append(_context(f"Already ran this turn:\n{ran}"))
     decision = approval.decision
     if decision is not None and decision.kind is DecisionKind.EDIT:
-        blocks.append(_section(f"*Edited before running:*\n{edit_diff(approval)}"))
+        title = "*Edited before running:*\n"
+        blocks.append(_section(title + edit_diff(approval, SECTION_TEXT - len(title))))
     blocks.extend(_state_blocks(approval))
     return blocks
 
@@ -215,7 +217,8 @@ def decision_line(approval: Approval) -> str:
         return ""
     if decision.kind is DecisionKind.EXPIRE:
         return f"expired {slack_date(decision.at)}"
-    voters = approval.votes if len(approval.votes) > 1 else (decision.actor,)
+    quorum = decision.kind is DecisionKind.APPROVE and len(approval.votes) > 1
+    voters = approval.votes if quorum else (decision.actor,)
     text = f"{_VERB[decision.kind]} by {', '.join(person(v) for v in voters)}"
     text += f" {slack_date(decision.at)}"
     if decision.reason:
@@ -232,7 +235,8 @@ def build_decision_message(approval: Approval) -> list[Block]:
     if decision.kind is DecisionKind.EDIT and decision.arguments is not None:
         blocks.append(_section(edit_diff(approval)))
     if decision.kind is DecisionKind.RESPOND and decision.response is not None:
-        blocks.append(_section(f"The agent receives:\n>{truncate(decision.response, 2900)}"))
+        quoted = "\n".join(f">{line}" for line in decision.response.splitlines())
+        blocks.append(_section(f"The agent receives:\n{truncate(quoted, 2900)}"))
     if _stopped(approval):
         blocks.append(_context("The run stops here: the agent is not resumed."))
     return blocks
@@ -279,17 +283,19 @@ def build_warning_message(approval: Approval) -> list[Block]:
     ]
 
 
-def edit_diff(approval: Approval) -> str:
+def edit_diff(approval: Approval, limit: int = SECTION_TEXT) -> str:
     """A short ``- old / + new`` diff of the edited arguments."""
     decision = approval.decision
     assert decision is not None and decision.arguments is not None
     lines = []
-    for name in sorted(set(approval.arguments) | set(decision.arguments)):
-        old, new = approval.arguments.get(name), decision.arguments.get(name)
+    before = approval.shown_arguments
+    after = mask(decision.arguments, approval.secret_arguments)
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name), after.get(name)
         if old != new:
             lines.append(f"- {name}: {json.dumps(old, ensure_ascii=False)}")
             lines.append(f"+ {name}: {json.dumps(new, ensure_ascii=False)}")
-    return "```\n" + truncate("\n".join(lines) or "(no change)", SECTION_TEXT - 10) + "\n```"
+    return "```\n" + truncate("\n".join(lines) or "(no change)", limit - 8) + "\n```"
 
 
 def _chunks(text: str, size: int = SECTION_TEXT - 100) -> list[str]:

@@ -89,7 +89,7 @@ def pending_list(settings: Settings, as_json: bool, limit: int) -> None:
             click.echo(json.dumps(_summary(approval)))
         else:
             age = _age(time.time() - approval.created_at)
-            args = json.dumps(approval.arguments, ensure_ascii=False)
+            args = json.dumps(approval.shown_arguments, ensure_ascii=False)
             click.echo(f"{approval.id}  {age:>5}  {approval.agent}  {approval.tool_name} {args}")
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from approvals.errors import ConfigError
+from approvals.secrets import DEFAULT_SECRET_NAMES
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
@@ -73,6 +74,10 @@ class Settings:
     job_timeout: int = 600
     #: RQ's defaults take minutes to notice a dead worker or to restart a dead scheduler;
     #: these bring both under a minute (see README, "Running in production").
+    #: Modules the worker may import tools from (and their submodules); anything else is refused.
+    tool_modules: tuple[str, ...] = ()
+    #: Argument names whose values are masked in Slack (matched by name parts).
+    secret_names: tuple[str, ...] = DEFAULT_SECRET_NAMES
     worker_ttl: int = 30
     maintenance_interval: int = 5
     #: "text" for people reading a terminal; "json" (one object per line) for log collectors.
@@ -106,6 +111,8 @@ class Settings:
             llm_plugins=_csv(env.get("APPROVALS_LLM_PLUGINS")),
             worker_class=worker_class,
             job_timeout=_int(env, "APPROVALS_JOB_TIMEOUT", 600),
+            tool_modules=_csv(env.get("APPROVALS_TOOL_MODULES")),
+            secret_names=_csv(env.get("APPROVALS_SECRET_NAMES")) or DEFAULT_SECRET_NAMES,
             worker_ttl=_int(env, "APPROVALS_WORKER_TTL", 30),
             maintenance_interval=_int(env, "APPROVALS_MAINTENANCE_INTERVAL", 5),
             log_format=log_format,
@@ -127,10 +134,15 @@ _ATTRIBUTE_OF = {
     "SLACK_SIGNING_SECRET": "slack_signing_secret",
     "SLACK_APP_TOKEN": "slack_app_token",
     "APPROVALS_CHANNEL": "channel",
+    "APPROVALS_TOOL_MODULES": "tool_modules",
 }
 _WHY = {
     "SLACK_BOT_TOKEN": "the bot token (xoxb-...) from the Slack app's OAuth page",
     "SLACK_SIGNING_SECRET": "the signing secret from the Slack app's Basic Information page",
     "SLACK_APP_TOKEN": "an app-level token (xapp-...) with connections:write, for Socket Mode",
     "APPROVALS_CHANNEL": "the channel id where approval cards are posted (e.g. C0123456789)",
+    "APPROVALS_TOOL_MODULES": (
+        "the modules the worker may import tools from, comma-separated (e.g. myagents.tools); "
+        "anyone who can write to Redis could otherwise name any function"
+    ),
 }

@@ -101,16 +101,21 @@ def requires_approval(
         raise ValueError("approvals_required must be at least 1")
     if expires_in is not None and expires_in <= 0:
         raise ValueError("expires_in must be a positive number of seconds")
+    approvers, approver_groups, editable = (
+        _names(approvers, "approvers"),
+        _names(approver_groups, "approver_groups"),
+        _names(editable, "editable"),
+    )
     gate = Gate(
         channel=channel,
         summary=summary,
         expires_in=expires_in,
         policy=Policy(
-            approvers=None if approvers is None else tuple(approvers),
-            approver_groups=None if approver_groups is None else tuple(approver_groups),
+            approvers=approvers,
+            approver_groups=approver_groups,
             allow_self_approval=allow_self_approval,
             approvals_required=approvals_required,
-            editable=None if editable is None else tuple(editable),
+            editable=editable,
             reason_required=reason_required,
             on_reject=OnReject(on_reject),
         ),
@@ -120,6 +125,15 @@ def requires_approval(
         return _gated(func, gate)
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _names(value: Iterable[str] | None, option: str) -> tuple[str, ...] | None:
+    """A tuple of names; a bare string is refused (it would be read letter by letter)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise TypeError(f"{option} must be a list of names, not the string {value!r}")
+    return tuple(value)
 
 
 def gate_of(tool: Any) -> Gate | None:

@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from approvals.errors import CorruptRecord
+from approvals.secrets import mask
 
 
 class Status(StrEnum):
@@ -183,6 +184,10 @@ class Approval:
     #: When nobody deciding makes it ``expired`` (epoch seconds).
     expires_at: float = 0.0
     policy: Policy = field(default_factory=Policy)
+    #: Arguments whose values are masked wherever people see them (and cannot be edited).
+    secret_arguments: tuple[str, ...] = ()
+    #: The llm version that paused the chain (a resume on another version is noted).
+    llm_version: str = ""
     status: Status = Status.PENDING
     card_ts: str | None = None
     decision: Decision | None = None
@@ -221,9 +226,17 @@ class Approval:
     @property
     def editable(self) -> list[str]:
         """The argument names a reviewer may change."""
-        names = list(self.tool.schema.get("properties", {}) or self.arguments)
+        names = list(self.tool.schema.get("properties", {}))
+        names += [name for name in self.arguments if name not in names]
+        # A secret cannot be edited: the modal would have to show its value.
+        names = [n for n in names if n not in self.secret_arguments]
         allowed = self.policy.editable
         return names if allowed is None else [n for n in names if n in allowed]
+
+    @property
+    def shown_arguments(self) -> dict[str, Any]:
+        """The proposed arguments as people may see them: secrets masked."""
+        return mask(self.arguments, self.secret_arguments)
 
 
 def decision_to_dict(decision: Decision) -> dict[str, Any]:
@@ -302,6 +315,8 @@ def approval_from_parts(
         created_at=_time(record, "created_at"),
         expires_at=_time(record, "expires_at"),
         policy=_policy_from_dict(_get(record, "policy", dict)),
+        secret_arguments=_strings(record.get("secret_arguments", []), "secret_arguments"),
+        llm_version=_get(record, "llm_version", str, optional=True) or "",
         status=_enum(Status, status),
         card_ts=card_ts if isinstance(card_ts, str) else None,
         decision=None if decision is None else _decision_from_dict(decision),

@@ -7,6 +7,7 @@ Jobs use RQ's JSON serializer: nothing is ever unpickled from Redis.
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -96,7 +97,8 @@ def schedule_expiry(
     when every bot and worker restarted in between (a worker runs the scheduler).
     """
     queue = get_queue(conn, settings)
-    at = datetime.fromtimestamp(expires_at, tz=UTC)
+    # RQ schedules by whole seconds, rounding down: round up, so it never fires early.
+    at = datetime.fromtimestamp(math.ceil(expires_at), tz=UTC)
     queue.enqueue_at(at, EXPIRE, approval_id, job_id=f"expire-{approval_id}", pipeline=pipeline)
     warn_at = expires_at - settings.warn_before * (expires_at - created_at)
     if settings.warn_before > 0 and warn_at > created_at:

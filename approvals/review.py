@@ -178,7 +178,11 @@ def decide(
     encoded = json.dumps(decision_to_dict(decision))
     if kind is DecisionKind.REJECT:
         won = store.transition(
-            conn, approval_id, Status.REJECTED, {"decision": encoded, "decided_by": actor}
+            conn,
+            approval_id,
+            Status.REJECTED,
+            {"decision": encoded, "decided_by": actor},
+            sources=[Status.PENDING],
         )
         if not won.ok:
             _lost(conn, approval_id, actor, won.previous, won.decided_by)
@@ -202,9 +206,14 @@ def expire(conn: redis.Redis, settings: Settings, approval_id: str) -> Approval 
         approval = store.load(conn, approval_id)
     except UnknownApproval:
         return None
+    early = approval.expires_at - time.time()
+    if early > 2:
+        return None  # not due (a stale or misplaced job): never expire early
+    if early > 0:
+        time.sleep(early)  # a scheduler tick ahead of the deadline
     decision = Decision(kind=DecisionKind.EXPIRE, actor=SYSTEM_ACTOR, at=time.time())
     fields = {"decision": json.dumps(decision_to_dict(decision)), "decided_by": SYSTEM_ACTOR}
-    if not store.transition(conn, approval_id, Status.EXPIRED, fields).ok:
+    if not store.transition(conn, approval_id, Status.EXPIRED, fields, sources=[Status.PENDING]).ok:
         return None
     _after_decision(conn, settings, approval, decision)
     return store.load(conn, approval_id)
@@ -229,7 +238,7 @@ def retry(
     # Clearing the marks in the same step lets the new attempt start the tool once more.
     fields = {"tool_started": "", "tool_finished": "", "retried_by": actor}
     target = approval.decision.kind.status
-    if not store.transition(conn, approval_id, target, fields).ok:
+    if not store.transition(conn, approval_id, target, fields, sources=[Status.INTERRUPTED]).ok:
         raise NotAllowed("someone else retried it first")
     store.audit(conn, approval_id, "retried", actor)
     queue.enqueue_resume(conn, settings, approval_id, again=True)
@@ -245,7 +254,11 @@ def _check_details(
 ) -> None:
     if kind is DecisionKind.EXPIRE:
         raise NotAllowed("only the expiry job expires approvals")
-    if kind is DecisionKind.REJECT and approval.policy.reason_required and not reason:
+    if (
+        kind is DecisionKind.REJECT
+        and approval.policy.reason_required
+        and not (reason or "").strip()
+    ):
         raise InvalidArguments({"reason": "a reason is required to reject this request"})
     if kind is DecisionKind.EDIT:
         if arguments is None:

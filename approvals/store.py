@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -155,14 +155,24 @@ def _keys(approval_id: str) -> list[str]:
 
 
 def transition(
-    conn: redis.Redis, approval_id: str, target: Status, fields: dict[str, str] | None = None
+    conn: redis.Redis,
+    approval_id: str,
+    target: Status,
+    fields: dict[str, str] | None = None,
+    *,
+    sources: Iterable[Status] | None = None,
 ) -> TransitionResult:
     """Move an approval to ``target`` if ``models.TRANSITIONS`` allows it from its current status.
 
+    ``sources`` narrows where it may come from: a decision only ever leaves ``pending``, even
+    though ``running`` may also return to a decided status when recovery requeues it.
     ``fields`` are written in the same atomic step. Returns what was found, so a loser can
     be told who won.
     """
-    allowed = json.dumps([s.value for s in sources_of(target)])
+    legal = sources_of(target)
+    chosen = legal if sources is None else [s for s in sources if s in legal]
+    assert sources is None or len(chosen) == len(set(sources)), "not in TRANSITIONS"
+    allowed = json.dumps([s.value for s in chosen])
     args: list[str] = [approval_id, repr(time.time()), target.value, allowed]
     for name, value in (fields or {}).items():
         args += [name, value]
@@ -323,28 +333,34 @@ def pending(conn: redis.Redis, limit: int = 100) -> list[Approval]:
     return _load_many(conn, ids)
 
 
+@dataclass(frozen=True)
+class Page:
+    """One page of a filtered list of pending approvals."""
+
+    approvals: list[Approval]
+    #: Accepted approvals after this page (a lower bound unless ``exact``).
+    remaining: int
+    exact: bool
+
+
 def pending_page(
     conn: redis.Redis,
     keep: Callable[[Approval], bool],
     offset: int,
     count: int,
     batch: int = 100,
-) -> tuple[list[Approval], int]:
+) -> Page:
     """One page of the pending approvals that ``keep`` accepts, newest first.
 
-    Skips the first ``offset`` accepted ones. Returns the page and how many accepted ones
-    remain after it (0 when this is the last page; counted only up to one more batch).
+    Reads in batches and stops at the batch that fills the page, so a page costs the same
+    with 10 or 10,000 approvals waiting; what remains after it is then only a lower bound.
     """
     page: list[Approval] = []
     skipped = remaining = 0
     start = 0
     while True:
-        ids = [
-            _text(i)
-            for i in cast(list[bytes], conn.zrevrange(PENDING_KEY, start, start + batch - 1))
-        ]
-        if not ids:
-            return page, remaining
+        raw = cast(list[bytes], conn.zrevrange(PENDING_KEY, start, start + batch - 1))
+        ids = [_text(i) for i in raw]
         for approval in _load_many(conn, ids):
             if not keep(approval):
                 continue
@@ -354,8 +370,10 @@ def pending_page(
                 page.append(approval)
             else:
                 remaining += 1
+        if len(ids) < batch:
+            return Page(page, remaining, exact=True)
         if remaining:
-            return page, remaining
+            return Page(page, remaining, exact=False)
         start += batch
 
 

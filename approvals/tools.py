@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,19 +51,47 @@ def _ref(tool: Callable[..., Any]) -> ToolRef:
     )
 
 
-def import_tools(refs: Sequence[ToolRef]) -> list[Callable[..., Any]]:
-    """Import every tool of a record; ``ResumeError`` when one is missing or has changed."""
-    return [_import(ref) for ref in refs]
+def import_tools(refs: Sequence[ToolRef], allowed: Sequence[str]) -> list[Callable[..., Any]]:
+    """Import every tool of a record; ``ResumeError`` when one is missing or has changed.
+
+    Only modules in ``allowed`` (and their submodules) are imported: the record comes from
+    Redis, a trust boundary, and must not be able to name arbitrary code.
+    """
+    for ref in refs:
+        check_allowed(ref, allowed)
+    return [_import(ref, allowed) for ref in refs]
 
 
-def _import(ref: ToolRef) -> Callable[..., Any]:
+def _allowed(module: str, allowed: Sequence[str]) -> bool:
+    return any(module == name or module.startswith(name + ".") for name in allowed)
+
+
+def check_allowed(ref: ToolRef, allowed: Sequence[str]) -> None:
+    """``ResumeError`` unless the tool's module is in ``allowed`` (APPROVALS_TOOL_MODULES)."""
+    module = ref.path.partition(":")[0]
+    if not _allowed(module, allowed):
+        raise ResumeError(
+            f"tool {ref.name} lives in {module}, which is not in APPROVALS_TOOL_MODULES; "
+            "refusing to import it"
+        )
+
+
+def _import(ref: ToolRef, allowed: Sequence[str]) -> Callable[..., Any]:
     module_name, _, qualname = ref.path.partition(":")
     try:
         target: Any = importlib.import_module(module_name)
         for part in qualname.split("."):
             target = getattr(target, part)
+            # A path may not walk through another module (``tools:os.system``).
+            if isinstance(target, types.ModuleType):
+                raise ResumeError(f"{ref.path} leads through module {target.__name__}")
     except (ImportError, AttributeError, ValueError) as exc:
         raise ResumeError(f"cannot import tool {ref.name} from {ref.path}: {exc}") from None
+    defined_in = getattr(target, "__module__", None)
+    if not isinstance(defined_in, str) or not _allowed(defined_in, allowed):
+        raise ResumeError(
+            f"{ref.path} is defined in {defined_in}, which is not in APPROVALS_TOOL_MODULES"
+        )
     if not callable(target) or isinstance(target, type):
         raise ResumeError(f"{ref.path} is not a tool function")
     try:

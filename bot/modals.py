@@ -49,7 +49,12 @@ def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
 
 def _kind(schema: dict[str, Any]) -> str:
     """How an argument is edited: string, optional-string, integer, number, boolean, enum, json."""
-    if isinstance(schema.get("enum"), list) and 0 < len(schema["enum"]) <= _MAX_OPTIONS:
+    choices = schema.get("enum")
+    if (
+        isinstance(choices, list)
+        and 0 < len(choices) <= _MAX_OPTIONS
+        and all(len(_encode(c)) <= _OPTION_VALUE for c in choices)
+    ):
         return "enum"
     kind = schema.get("type")
     if kind in ("string", "integer", "number", "boolean"):
@@ -81,13 +86,30 @@ def _as_text(kind: str, value: Any) -> str | None:
     )
 
 
+def _encode(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
 def _option(value: Any) -> Block:
-    encoded = json.dumps(value, ensure_ascii=False)
+    encoded = _encode(value)
     label = value if isinstance(value, str) else encoded
-    return {"text": _plain(truncate(label, _OPTION_TEXT)), "value": encoded[:_OPTION_VALUE]}
+    return {"text": _plain(truncate(label, _OPTION_TEXT)), "value": encoded}
+
+
+def _fits(kind: str, value: Any) -> bool:
+    """Whether a proposed value can be shown in the typed input of ``kind``."""
+    if value is None:
+        return True
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind in ("integer", "number"):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return True
 
 
 def _element(kind: str, schema: dict[str, Any], value: Any) -> Block:
+    if not _fits(kind, value):
+        kind = "json"  # a proposal of the wrong type is shown as is, for the reviewer to fix
     if kind in ("enum", "boolean"):
         choices = schema["enum"] if kind == "enum" else [True, False]
         element: Block = {
@@ -95,7 +117,8 @@ def _element(kind: str, schema: dict[str, Any], value: Any) -> Block:
             "action_id": VALUE_ACTION,
             "options": [_option(c) for c in choices],
         }
-        if value in choices:
+        # Compared as JSON: 1 == True in Python, but not for the tool.
+        if value is not None and _encode(value) in {_encode(c) for c in choices}:
             element["initial_option"] = _option(value)
         return element
     if kind in ("integer", "number"):
@@ -136,7 +159,7 @@ def build_edit_modal(approval: Approval) -> Block:
         text = _as_text(kind, value)
         if name not in editable or (text is not None and len(text) > PLAIN_TEXT_INPUT):
             if name in approval.arguments:
-                locked[name] = approval.arguments[name]
+                locked[name] = approval.shown_arguments[name]
             continue
         label = f"{name} (JSON)" if kind == "json" else name
         block: Block = {
@@ -205,10 +228,14 @@ def read_edit_submission(
             if name in approval.arguments:
                 arguments[name] = approval.arguments[name]
             continue
-        kind = _kind(schema)
+        kind, raw = _kind(schema), _submitted(field)
+        if raw is not None and len(raw) > PLAIN_TEXT_INPUT:
+            # Slack's inputs send no more than this, so the submission is not Slack's own.
+            errors[block_for(name)] = f"At most {PLAIN_TEXT_INPUT} characters, not {len(raw)}."
+            continue
         try:
-            present, value = _parse(kind, _submitted(field))
-        except ValueError as exc:
+            present, value = _parse(kind, raw)
+        except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deeply
             errors[block_for(name)] = (
                 f"Not valid JSON: {exc}"
                 if kind in ("json", "enum", "boolean")
@@ -258,7 +285,7 @@ def build_respond_modal(approval: Approval) -> Block:
         "blocks": [
             _markdown(
                 f"`{approval.tool_name}` will not run. Write what the agent receives as its "
-                f"result:\n{arguments_text(approval.arguments, 2500)}"
+                f"result:\n{arguments_text(approval.shown_arguments, 2500)}"
             ),
             _text_input(RESPONSE_BLOCK, "Result for the agent", optional=False),
         ],

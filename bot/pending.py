@@ -8,6 +8,7 @@ from approvals import cards
 from approvals.cards import Block
 from approvals.limits import truncate
 from approvals.models import Approval
+from approvals.store import Page
 
 NEXT_PAGE_ACTION = "pending_next_page"
 #: Approvals per page: 3 blocks each, plus header, footer and the Next button, within 50.
@@ -17,7 +18,7 @@ HOME_PAGE_SIZE = 20
 
 def _item(approval: Approval) -> list[Block]:
     title = approval.summary or approval.tool_name
-    args = cards.arguments_text(approval.arguments, 600)
+    args = cards.arguments_text(approval.shown_arguments, 600)
     where = f"{approval.agent} · `{approval.tool_name}` · `{approval.id}`"
     requested = f" · for {cards.person(approval.requested_by)}" if approval.requested_by else ""
     when = f"waiting since {cards.slack_date(approval.created_at)}"
@@ -40,29 +41,28 @@ def describe_query(query: str) -> str:
     return "Waiting approvals you may decide"
 
 
-def build_pending_list(
-    page: list[Approval], offset: int, remaining: int, query: str = ""
-) -> list[Block]:
+def build_pending_list(page: Page, offset: int, query: str = "") -> list[Block]:
     """One page, newest first, each with its buttons, and a Next button when more wait."""
     header: Block = {
         "type": "header",
         "text": {"type": "plain_text", "text": truncate(describe_query(query), 150)},
     }
-    if not page:
+    approvals, remaining = page.approvals, page.remaining
+    if not approvals:
         empty = "Nothing is waiting for approval." if offset == 0 else "No more approvals."
         return [header, {"type": "section", "text": {"type": "mrkdwn", "text": empty}}]
     blocks = [header]
-    for approval in page:
+    for approval in approvals:
         blocks.extend(_item(approval))
-    shown = f"Showing {offset + 1} to {offset + len(page)}"
-    more = f", {remaining}{'+' if remaining >= 100 else ''} more" if remaining else ""
+    shown = f"Showing {offset + 1} to {offset + len(approvals)}"
+    more = f", {remaining}{'' if page.exact else '+'} more" if remaining else ""
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": shown + more}]})
     if remaining:
-        value = json.dumps({"offset": offset + len(page), "query": query[:200]})
+        value = json.dumps({"offset": offset + len(approvals), "query": query[:1500]})
         blocks.append(
             {
                 "type": "actions",
-                "block_id": f"pending-next-{offset + len(page)}",
+                "block_id": f"pending-next-{offset + len(approvals)}",
                 "elements": [
                     {
                         "type": "button",
@@ -76,10 +76,10 @@ def build_pending_list(
     return blocks
 
 
-def build_home(page: list[Approval], remaining: int, recent: list[Approval]) -> Block:
+def build_home(page: Page, recent: list[Approval]) -> Block:
     """The App Home tab: what the viewer may decide, then the latest decisions."""
-    blocks = build_pending_list(page, 0, remaining)
-    if remaining:
+    blocks = build_pending_list(page, 0)
+    if page.remaining:
         blocks = blocks[:-1]  # paging lives in /agent-pending; Home shows the newest
         blocks.append(
             {

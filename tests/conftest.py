@@ -102,6 +102,7 @@ def env(
         "TOOL_LEDGER": str(tmp_path / "tools.jsonl"),
         "SCRIPTED_LEDGER": str(tmp_path / "model.jsonl"),
         "HOLD_FILE": str(tmp_path / "hold"),
+        "APPROVALS_TOOL_MODULES": "tests.agents",
     }
     for name in ("SLACK_APP_TOKEN", "APPROVERS", "APPROVALS_WORKER_CLASS"):
         monkeypatch.delenv(name, raising=False)

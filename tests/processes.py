@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -47,10 +47,16 @@ def redis_binary() -> str | None:
     return shutil.which("redis-server")
 
 
-def start_redis(binary: str, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_redis(
+    binary: str, folder: Path, extra_args: Sequence[str] = (), port: int | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     """A private redis-server on a free loopback port, no persistence; returns it and its URL
-    (without a database number), once it answers PING."""
-    port = free_port()
+    (without a database number), once it answers PING.
+
+    ``extra_args`` come last, so they override the defaults (``"--appendonly", "yes"`` turns
+    AOF on, for tests of what ``approvals doctor`` says about persistence).
+    """
+    port = port or free_port()  # a given port restarts a server where its clients expect it
     process = subprocess.Popen(
         [
             binary,
@@ -68,6 +74,7 @@ def start_redis(binary: str, folder: Path) -> tuple[subprocess.Popen[bytes], str
             "1000",
             "--daemonize",
             "no",
+            *extra_args,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -24,23 +24,26 @@ from tests.e2e import (
 from tests.processes import bot_url, start_bot, start_worker, wait_for_workers
 
 
-def _pause(tool: str) -> str:
-    prompt = script(calls((tool, {"name": "k1"})), say("after expiry: {results}"))
-    outcome = run_agent("scripted", prompt, tools=[tools.rotate_key, tools.drop_table])
+def _pause(tool: str, arguments: dict | None = None) -> str:
+    prompt = script(calls((tool, arguments or {"name": "k1"})), say("after expiry: {results}"))
+    outcome = run_agent(
+        "scripted", prompt, tools=[tools.rotate_key, tools.drop_table, tools.purge_cache]
+    )
     assert outcome.pause_id
     return outcome.pause_id
 
 
 def test_expiry_fires_on_time_after_bot_and_worker_restart(services, slack, env, conn, tmp_path):
     """The expiry lives in Redis: with every process restarted, it still fires and resumes."""
-    pause_id = _pause("rotate_key")
+    pause_id = _pause("purge_cache", {"region": "eu"})
     approval = store.load(conn, pause_id)
-    assert approval.expires_at == pytest.approx(approval.created_at + 4, abs=0.01)
+    assert approval.expires_at == pytest.approx(approval.created_at + 15, abs=0.01)
     card = card_of(slack, pause_id)
     assert "Expires" in block_text(card)
 
     for process in [services.bot, *services.workers]:
         process.stop()
+    assert time.time() < approval.expires_at - 2, "the restart must happen before the deadline"
     restarted = dict(env)
     services.workers = [start_worker(restarted, tmp_path / "worker2.log", f"w2-{time.time_ns()}")]
     services.bot = start_bot(restarted, tmp_path / "bot2.log")
@@ -52,10 +55,10 @@ def test_expiry_fires_on_time_after_bot_and_worker_restart(services, slack, env,
     assert expired.decision.at >= approval.expires_at - 0.05
     assert expired.decision.at - approval.expires_at < 5  # on time, within RQ's scheduling
     done = wait_status(conn, pause_id, Status.COMPLETED)
-    assert tool_runs(env, "rotate_key") == []
+    assert tool_runs(env, "purge_cache") == []
     assert tool_results_seen(model_calls(env)[-1]) == [
         (
-            "rotate_key",
+            "purge_cache",
             "Cancelled: the approval expired without a decision; the tool was not executed",
         )
     ]
@@ -65,7 +68,7 @@ def test_expiry_fires_on_time_after_bot_and_worker_restart(services, slack, env,
     click(slack, services.bot_url, "approve", pause_id, card_ts=card.ts)
     late = slack.wait_for(lambda: slack.responses())[0]
     assert "expired before anyone decided" in late["text"]
-    assert tool_runs(env, "rotate_key") == []
+    assert tool_runs(env, "purge_cache") == []
 
 
 def test_a_warning_is_posted_in_the_thread_before_expiry(services, slack, env, conn, monkeypatch):

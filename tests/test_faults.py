@@ -115,25 +115,28 @@ def test_the_cli_and_slack_deciding_at_once_have_one_winner(services, slack, env
 
 
 def test_a_click_racing_the_expiry_has_one_outcome(services, slack, env, conn):
-    """Approve and the expiry at the same instant: approved xor expired; the tool runs ≤ once."""
+    """Approve at the deadline, against the expiry: approved xor expired; the tool runs ≤ once."""
     from approvals.config import Settings
     from approvals.review import decide, expire
 
     settings = Settings.from_env()
     outcomes = []
-    for _ in range(6):
-        pause_id = _pause("delete_path", {"path": "race"})
+    for _ in range(3):
+        prompt = script(calls(("rotate_key", {"name": "k"})), say("done: {results}"))
+        pause_id = run_agent("scripted", prompt, tools=[tools.rotate_key]).pause_id
+        deadline = store.load(conn, pause_id).expires_at
+        wait_until(lambda deadline=deadline: time.time() >= deadline, 10, "the deadline")
         decided, expired = at_once(
             lambda pause_id=pause_id: _try(
                 lambda: decide(conn, settings, pause_id, DecisionKind.APPROVE, "UALICE")
             ),
             lambda pause_id=pause_id: expire(conn, settings, pause_id),
         )
-        assert (decided is None) != (expired is None)  # exactly one of them won
         final = wait_status(conn, pause_id, Status.COMPLETED)
+        assert decided is None or expired is None  # never both
+        assert (decided is not None) == (final.decision.kind is DecisionKind.APPROVE)
         outcomes.append(final.decision.kind)
-    runs = tool_runs(env, "delete_path")
-    assert len(runs) == outcomes.count(DecisionKind.APPROVE)
+    assert len(tool_runs(env, "rotate_key")) == outcomes.count(DecisionKind.APPROVE)
 
 
 def _try(action):

@@ -267,6 +267,40 @@ def test_impossible_options_are_refused_at_decoration(options, message):
         requires_approval(**options)
 
 
+@pytest.mark.parametrize("option", ["approvers", "approver_groups", "editable"])
+@pytest.mark.parametrize("value", ["U1", "UALICE,UBOB", ""])
+def test_a_bare_string_for_a_list_option_is_a_type_error(option, value):
+    """A string where a list of names belongs is refused (it would be read letter by letter)."""
+    with pytest.raises(TypeError, match=option) as raised:
+        requires_approval(**{option: value})
+    assert repr(value) in str(raised.value)
+
+
+def test_a_bare_approvers_string_is_refused_at_decoration_not_later():
+    """The TypeError comes from requires_approval itself, before any function is decorated."""
+    with pytest.raises(TypeError, match="approvers"):
+
+        @requires_approval(approvers="U1")
+        def pay_once(to: str) -> str:
+            return to
+
+
+@pytest.mark.parametrize("kind", [list, tuple, set, iter])
+def test_any_iterable_of_names_is_accepted(kind):
+    """Lists, tuples, sets and one-shot iterators of names all become a tuple."""
+    gate = gate_of(
+        requires_approval(
+            approvers=kind(["U1"]), approver_groups=kind(["S1"]), editable=kind(["path"])
+        )(look)
+    )
+    assert gate is not None
+    assert (gate.policy.approvers, gate.policy.approver_groups, gate.policy.editable) == (
+        ("U1",),
+        ("S1",),
+        ("path",),
+    )
+
+
 def test_gate_of_a_plain_function_is_none():
     """Plain functions, and objects with a look-alike attribute, are not gated."""
     assert gate_of(look) is None

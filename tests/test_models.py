@@ -66,10 +66,11 @@ def test_finished_statuses_are_terminal(finished):
     assert TRANSITIONS[finished] == frozenset()
 
 
-def test_sources_of_a_decision_is_pending_only():
-    """Only a pending approval can be approved (so two clicks cannot both win)."""
+def test_sources_of_a_decision_are_pending_and_worker_recovery():
+    """People decide pending approvals; only recovery returns running or interrupted ones."""
     for decided in DECIDED:
-        assert sources_of(decided) == [Status.PENDING]
+        assert sources_of(decided) == [Status.PENDING, Status.RUNNING, Status.INTERRUPTED]
+        assert not set(sources_of(decided)) & (DECIDED | FINISHED)
 
 
 def test_sources_of_running_are_the_decided_statuses():
@@ -428,14 +429,6 @@ def test_editable_of_a_tool_without_properties_are_the_proposed_arguments():
     assert approval.editable == ["path", "force"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: Approval.editable (approvals/models.py) lists only schema properties, so with "
-        "policy.editable=None ('all of them') an argument the model proposed outside the schema "
-        "is locked and shown read-only"
-    ),
-)
 def test_editable_none_includes_arguments_outside_the_schema():
     """With no editable list, an argument proposed outside the schema is editable too."""
     approval = make_approval(arguments={"path": "build", "extra": [1]})

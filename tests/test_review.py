@@ -250,19 +250,13 @@ def test_a_rejection_without_a_reason_is_refused_when_one_is_required(conn, sett
     assert rejected.decision is not None and rejected.decision.reason == "wrong folder"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: approvals/review.py _check_details tests `not reason`, so a blank reason such as "
-        "'   ' (e.g. `approvals reject ID --reason ' '`) satisfies reason_required, unlike the "
-        "response check which strips"
-    ),
-)
-def test_a_blank_reason_does_not_satisfy_reason_required(conn, settings):
-    """Whitespace is no reason."""
+@pytest.mark.parametrize("reason", ["", "   ", "\t\n", "\u00a0"])
+def test_a_blank_reason_does_not_satisfy_reason_required(conn, settings, reason):
+    """Whitespace is no reason, and the refused rejection leaves the approval pending."""
     approval = _save(conn, policy=Policy(reason_required=True))
     with pytest.raises(InvalidArguments):
-        decide(conn, settings, approval.id, DecisionKind.REJECT, "UALICE", reason="   ")
+        decide(conn, settings, approval.id, DecisionKind.REJECT, "UALICE", reason=reason)
+    assert store.load(conn, approval.id).status is Status.PENDING
 
 
 def test_a_reason_is_optional_by_default(conn, settings):
@@ -479,3 +473,35 @@ def test_expire_with_votes_still_counting_ends_the_quorum(conn, settings):
     with pytest.raises(AlreadyDecided) as info:
         decide(conn, settings, approval.id, DecisionKind.APPROVE, "UBOB")
     assert info.value.status == "expired"
+
+
+@pytest.mark.parametrize("reached", [[Status.RUNNING], [Status.RUNNING, Status.INTERRUPTED]])
+def test_expire_never_takes_an_approval_that_already_runs(conn, settings, reached):
+    """The timer firing after the decision, while the run is under way, changes nothing."""
+    approval = _save(conn)
+    decided = decide(conn, settings, approval.id, DecisionKind.APPROVE, "UALICE")
+    for status in reached:
+        assert store.transition(conn, approval.id, status).ok
+    assert expire(conn, settings, approval.id) is None
+    after = store.load(conn, approval.id)
+    assert after.status is reached[-1]
+    assert after.decision == decided.decision
+
+
+def test_a_rejection_racing_a_started_run_loses(conn, settings, monkeypatch):
+    """A reject whose precheck saw pending, but whose approval started running since, loses."""
+    approval = _save(conn)
+    seen_pending = store.load(conn, approval.id)
+    decide(conn, settings, approval.id, DecisionKind.APPROVE, "UALICE")
+    assert store.transition(conn, approval.id, Status.RUNNING).ok
+    real_load = store.load
+    calls = []
+
+    def stale_first_load(c, approval_id):
+        calls.append(approval_id)
+        return seen_pending if len(calls) == 1 else real_load(c, approval_id)
+
+    monkeypatch.setattr(store, "load", stale_first_load)
+    with pytest.raises(AlreadyDecided):
+        decide(conn, settings, approval.id, DecisionKind.REJECT, "UBOB")
+    assert real_load(conn, approval.id).status is Status.RUNNING

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import replace
 
 import llm
@@ -9,10 +11,12 @@ import pytest
 
 from approvals.errors import GateError, ResumeError
 from approvals.models import ToolRef
-from approvals.tools import describe_tool, import_tools, tool_refs
+from approvals.tools import check_allowed, describe_tool, import_tools, tool_refs
 from tests.agents.tools import delete_path, list_files, read_file, send_email
 
 AGENT_TOOLS = [list_files, read_file, delete_path, send_email]
+#: What a worker of the test agents allows (APPROVALS_TOOL_MODULES in tests/conftest.py).
+ALLOWED = ["tests.agents"]
 
 
 def ping(host: str, count: int = 1) -> str:
@@ -75,14 +79,14 @@ def test_tool_objects_and_non_callables_are_refused(tool):
 
 def test_import_tools_round_trips_the_agent_tools():
     """A worker importing the references gets the very same functions back, in order."""
-    imported = import_tools(tool_refs(AGENT_TOOLS))
+    imported = import_tools(tool_refs(AGENT_TOOLS), ALLOWED)
     assert len(imported) == len(AGENT_TOOLS)
     assert all(got is want for got, want in zip(imported, AGENT_TOOLS, strict=True))
 
 
 def test_import_tools_follows_dotted_qualnames():
     """A static method reached through its class imports back as the same function."""
-    assert import_tools(tool_refs([Network.trace])) == [Network.trace]
+    assert import_tools(tool_refs([Network.trace]), ["tests.test_tools"]) == [Network.trace]
 
 
 @pytest.mark.parametrize(
@@ -99,8 +103,9 @@ def test_import_tools_follows_dotted_qualnames():
 def test_a_missing_module_or_attribute_is_a_resume_error(path):
     """A tool that cannot be imported any more stops the resume with a ResumeError naming it."""
     ref = ToolRef("list_files", path, {})
+    allowed = [path.partition(":")[0]]  # allowed, so that the import itself is what fails
     with pytest.raises(ResumeError, match="cannot import tool list_files"):
-        import_tools([ref])
+        import_tools([ref], allowed)
 
 
 def test_a_changed_schema_is_a_resume_error():
@@ -114,7 +119,7 @@ def test_a_changed_schema_is_a_resume_error():
         },
     )
     with pytest.raises(ResumeError, match="changed its arguments"):
-        import_tools([tool_refs([list_files])[0], changed])
+        import_tools([tool_refs([list_files])[0], changed], ALLOWED)
 
 
 def test_a_tool_renamed_to_another_function_is_a_resume_error():
@@ -123,11 +128,67 @@ def test_a_tool_renamed_to_another_function_is_a_resume_error():
         "delete_path", "tests.agents.tools:send_email", tool_refs([delete_path])[0].schema
     )
     with pytest.raises(ResumeError):
-        import_tools([ref])
+        import_tools([ref], ALLOWED)
 
 
 @pytest.mark.parametrize("path", ["tests.agents.tools:json", "tests.agents.tools:os.sep"])
 def test_a_path_to_something_not_a_function_is_a_resume_error(path):
     """A path that now names a module or a constant stops the resume with a ResumeError."""
     with pytest.raises(ResumeError):
-        import_tools([ToolRef("list_files", path, {})])
+        import_tools([ToolRef("list_files", path, {})], ALLOWED)
+
+
+# --- which modules a worker may import tools from ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ("tests.agents.tools:list_files", ["tests.agents"]),
+        ("tests.agents.tools:list_files", ["tests.agents.tools"]),
+        ("tests.agents.tools:list_files", ["tests"]),
+        ("tests.agents.tools:list_files", ["myagents", "tests.agents"]),
+    ],
+)
+def test_a_tool_in_an_allowed_module_or_its_submodules_is_imported(path, allowed):
+    """A module named in APPROVALS_TOOL_MODULES, or any module under it, may be imported."""
+    ref = replace(tool_refs([list_files])[0], path=path)
+    check_allowed(ref, allowed)
+    assert import_tools([ref], allowed) == [list_files]
+
+
+@pytest.mark.parametrize(
+    "allowed",
+    [[], ["myagents"], ["tests.agent"], ["tests.agents.tool"], ["tests.agents.tools.sub"]],
+)
+def test_a_tool_outside_the_allowed_modules_is_refused(allowed):
+    """Anything but an allowed module or a submodule of one (not a mere prefix) is refused."""
+    ref = tool_refs([list_files])[0]
+    with pytest.raises(ResumeError, match="not in APPROVALS_TOOL_MODULES"):
+        check_allowed(ref, allowed)
+    with pytest.raises(ResumeError, match="not in APPROVALS_TOOL_MODULES"):
+        import_tools([ref], allowed)
+
+
+def test_a_refused_module_is_never_imported():
+    """The allow-list is checked before any import, for every tool of the record."""
+    refs = [tool_refs([list_files])[0], ToolRef("evil", "no_such_package_xyz.payload:run", {})]
+    with pytest.raises(ResumeError, match="not in APPROVALS_TOOL_MODULES") as refused:
+        import_tools(refs, ALLOWED)
+    assert "no_such_package_xyz.payload" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("qualname", "target"),
+    [("os.system", os.system), ("os.remove", os.remove), ("json.dump", json.dump)],
+    ids=["os.system", "os.remove", "json.dump"],
+)
+def test_an_allowed_module_cannot_lead_to_functions_of_other_modules(qualname, target):
+    """A qualname reaching through a module the allowed one imported is refused.
+
+    The record comes from Redis; with a schema copied from the target it passes every check.
+    """
+    schema = describe_tool(target).input_schema
+    ref = ToolRef("delete_path", f"tests.agents.tools:{qualname}", schema)
+    with pytest.raises(ResumeError):
+        import_tools([ref], ALLOWED)

@@ -20,7 +20,7 @@ from slack_sdk import WebClient
 from approvals import agent, queue, review, slack, store
 from approvals.config import Settings
 from approvals.errors import ResumeError, ToolAlreadyStarted
-from approvals.models import Approval, RunResult, Status, result_to_dict
+from approvals.models import DECIDED, Approval, RunResult, Status, result_to_dict
 from approvals.recovery import LEASE_SECONDS
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def resume_approval(approval_id: str) -> str:
     conn, settings = _conn(), _settings()
     # The lease comes first: a running approval without one is taken for dead by recovery.
     store.hold_lease(conn, approval_id, LEASE_SECONDS)
-    if not store.transition(conn, approval_id, Status.RUNNING).ok:
+    if not store.transition(conn, approval_id, Status.RUNNING, sources=DECIDED).ok:
         log.warning("approval %s is not waiting to resume; not running it again", approval_id)
         return "skipped"
     with _lease_kept(conn, approval_id):
@@ -111,13 +111,17 @@ def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
     shown.start()
     result = _run(conn, settings, approval)
     if result.status is Status.INTERRUPTED:
-        store.transition(conn, approval_id, Status.INTERRUPTED)
+        store.transition(conn, approval_id, Status.INTERRUPTED, sources=[Status.RUNNING])
         store.audit(conn, approval_id, "interrupted", "worker", reason=result.error or "")
         shown.join(timeout=15)
         queue.enqueue_interrupted(conn, settings, approval_id)
         return result.status.value
     store.transition(
-        conn, approval_id, result.status, {"result": json.dumps(result_to_dict(result))}
+        conn,
+        approval_id,
+        result.status,
+        {"result": json.dumps(result_to_dict(result))},
+        sources=[Status.RUNNING],
     )
     store.audit(
         conn,

@@ -26,7 +26,7 @@ def run_worker(settings: Settings, *, burst: bool = False, name: str | None = No
     Plugins and models are loaded here, once, before any job: llm's plugin loading is not
     thread-safe, and a forked work-horse inherits what its parent loaded.
     """
-    settings.require("SLACK_BOT_TOKEN")
+    settings.require("SLACK_BOT_TOKEN", "APPROVALS_TOOL_MODULES")
     load_plugins(settings)
     conn = store.connect(settings)
     worker_class = SimpleWorker if settings.worker_class == "SimpleWorker" else Worker

@@ -90,3 +90,10 @@ def charge_card(amount: int) -> str:
         time.sleep(0.02)
     _record("charge_card_done", amount=amount, key=idempotency_key())
     return f"charged {amount}"
+
+
+@requires_approval(expires_in=15)
+def purge_cache(region: str) -> str:
+    """Purge a CDN cache (expires after 15 s, for tests that restart Redis in between)."""
+    _record("purge_cache", region=region)
+    return f"purged {region}"

@@ -309,13 +309,6 @@ def test_an_edited_card_shows_the_diff():
     assert f"*Edited before running:*\n{edit_diff(approval)}" in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: approvals/cards.py:108 prefixes edit_diff (already up to 2998 chars) with "
-        "'*Edited before running:*', so _section cuts the closing ``` of a long diff"
-    ),
-)
 def test_a_long_edit_diff_on_the_card_keeps_its_code_block_closed():
     """A huge edit still shows a closed code block on the card."""
     approval = make_approval(
@@ -371,14 +364,6 @@ def test_decision_line_of_a_quorum_names_every_approver():
     assert decision_line(approval).startswith("approved by <@UALICE>, <@UBOB> ")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: approvals/cards.py:205 uses approval.votes whenever there are 2+ votes, so a "
-        "rejection of a 3-approval quorum after 2 approvals reads 'rejected by <@UA>, <@UB>' "
-        "instead of naming the rejecter <@UC>"
-    ),
-)
 def test_a_rejection_after_partial_votes_names_the_rejecter():
     """Rejecting a quorum that already has approvals credits the person who rejected."""
     approval = make_approval(

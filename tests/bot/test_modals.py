@@ -187,13 +187,6 @@ def test_edit_modal_inputs_accept_up_to_slacks_limit():
     assert {b["element"]["max_length"] for b in texts} == {PLAIN_TEXT_INPUT}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: Approval.editable (approvals/models.py:205) lists only schema properties, so an "
-        "argument the model proposed outside the schema gets no input even with editable=None"
-    ),
-)
 def test_edit_modal_shows_arguments_the_schema_does_not_list():
     """An argument the model proposed outside the schema still gets a (JSON) input."""
     view = build_edit_modal(_approval({**FULL, "extra": [1]}))

@@ -9,6 +9,7 @@ import pytest
 from approvals.cards import APPROVE_ACTION, describe_state
 from approvals.limits import BUTTON_VALUE, HEADER_TEXT, MESSAGE_BLOCKS, MODAL_BLOCKS, SECTION_TEXT
 from approvals.models import DecisionKind, Status
+from approvals.store import Page
 from bot.pending import (
     HOME_PAGE_SIZE,
     NEXT_PAGE_ACTION,
@@ -26,6 +27,11 @@ def _newest_first(count):
         make_approval(id=f"{n:016x}", created_at=CREATED_AT + n, summary=f"Delete file {n}")
         for n in reversed(range(count))
     ]
+
+
+def _page(approvals, remaining=0, exact=True):
+    """A page as store.pending_page returns it: by default the last one, counted exactly."""
+    return Page(approvals, remaining, exact)
 
 
 def _listed_ids(blocks):
@@ -59,7 +65,7 @@ def _note(blocks):
 
 def test_empty_list_says_nothing_is_waiting():
     """With nothing pending, the list says so under its header and offers no buttons."""
-    assert build_pending_list([], 0, 0) == [
+    assert build_pending_list(_page([]), 0) == [
         {
             "type": "header",
             "text": {"type": "plain_text", "text": "Waiting approvals you may decide"},
@@ -73,22 +79,22 @@ def test_empty_list_says_nothing_is_waiting():
 
 def test_an_empty_later_page_says_there_are_no_more():
     """Paging past the end (the rest was decided meanwhile) says there are no more."""
-    blocks = build_pending_list([], 15, 0)
+    blocks = build_pending_list(_page([]), 15)
     assert blocks[1]["text"]["text"] == "No more approvals."
     assert _next_buttons(blocks) == []
 
 
 def test_the_note_counts_the_approvals_shown():
     """The note under the list says which of the waiting approvals are shown."""
-    assert _note(build_pending_list(_newest_first(1), 0, 0)) == "Showing 1 to 1"
-    assert _note(build_pending_list(_newest_first(3), 0, 0)) == "Showing 1 to 3"
-    assert _note(build_pending_list(_newest_first(5), 15, 0)) == "Showing 16 to 20"
+    assert _note(build_pending_list(_page(_newest_first(1)), 0)) == "Showing 1 to 1"
+    assert _note(build_pending_list(_page(_newest_first(3)), 0)) == "Showing 1 to 3"
+    assert _note(build_pending_list(_page(_newest_first(5)), 15)) == "Showing 16 to 20"
 
 
 def test_list_keeps_newest_first_order():
     """Approvals appear in the order given (newest first), each with its own buttons."""
     approvals = _newest_first(3)
-    blocks = build_pending_list(approvals, 0, 0)
+    blocks = build_pending_list(_page(approvals), 0)
     assert _listed_ids(blocks) == [a.id for a in approvals]
     assert _note(blocks) == "Showing 1 to 3"
     assert _next_buttons(blocks) == []
@@ -97,7 +103,7 @@ def test_list_keeps_newest_first_order():
 def test_each_item_shows_what_and_has_buttons():
     """An item names its summary, agent, tool and id, shows the arguments, and can be decided."""
     approval = make_approval(summary="Delete build/app.o")
-    blocks = build_pending_list([approval], 0, 0)
+    blocks = build_pending_list(_page([approval]), 0)
     section, actions, divider = blocks[1:4]
     text = section["text"]["text"]
     assert text.startswith("*Delete build/app.o*")
@@ -110,14 +116,14 @@ def test_each_item_shows_what_and_has_buttons():
 
 def test_an_item_without_summary_is_titled_by_its_tool():
     """Without a gate summary, the tool name is the item's title."""
-    blocks = build_pending_list([make_approval()], 0, 0)
+    blocks = build_pending_list(_page([make_approval()]), 0)
     assert blocks[1]["text"]["text"].startswith("*delete_path*")
 
 
 def test_forty_approvals_page_in_one_message_with_a_note():
     """Too many to show: a full page fits one message, and the note says how many remain."""
     approvals = _newest_first(40)
-    blocks = build_pending_list(approvals[:PAGE_SIZE], 0, 40 - PAGE_SIZE)
+    blocks = build_pending_list(_page(approvals[:PAGE_SIZE], 40 - PAGE_SIZE), 0)
 
     assert len(blocks) <= MESSAGE_BLOCKS
     assert _listed_ids(blocks) == [a.id for a in approvals[:PAGE_SIZE]]
@@ -126,11 +132,34 @@ def test_forty_approvals_page_in_one_message_with_a_note():
 
 
 def test_the_note_uses_what_remains_not_the_page():
-    """The note gives how many remain after the page; 100 or more reads as "100+"."""
-    assert _note(build_pending_list(_newest_first(5), 0, 7)) == "Showing 1 to 5, 7 more"
-    assert _note(build_pending_list(_newest_first(5), 0, 99)) == "Showing 1 to 5, 99 more"
-    assert _note(build_pending_list(_newest_first(5), 0, 120)) == "Showing 1 to 5, 120+ more"
-    assert _note(build_pending_list(_newest_first(5), 30, 1)) == "Showing 31 to 35, 1 more"
+    """The note gives how many remain after the page, not how many the page holds."""
+    five = _newest_first(5)
+    assert _note(build_pending_list(_page(five, 7), 0)) == "Showing 1 to 5, 7 more"
+    assert _note(build_pending_list(_page(five, 99), 0)) == "Showing 1 to 5, 99 more"
+    assert _note(build_pending_list(_page(five, 1), 30)) == "Showing 31 to 35, 1 more"
+
+
+def test_the_note_marks_a_lower_bound_with_a_plus():
+    """An exact count reads "N more" however large; a lower bound reads "N+ more"."""
+    five = _newest_first(5)
+    assert _note(build_pending_list(_page(five, 120, exact=True), 0)) == "Showing 1 to 5, 120 more"
+    assert _note(build_pending_list(_page(five, 120, exact=False), 0)) == (
+        "Showing 1 to 5, 120+ more"
+    )
+    assert _note(build_pending_list(_page(five, 7, exact=False), 0)) == "Showing 1 to 5, 7+ more"
+    assert _note(build_pending_list(_page(five, 1, exact=False), 30)) == (
+        "Showing 31 to 35, 1+ more"
+    )
+    # Either way there is a next page to go to.
+    assert len(_next_buttons(build_pending_list(_page(five, 7, exact=False), 0))) == 1
+    assert len(_next_buttons(build_pending_list(_page(five, 7, exact=True), 0))) == 1
+
+
+def test_an_exact_nothing_more_has_no_plus_and_no_next_button():
+    """The last page (remaining 0, exact) only says which approvals are shown."""
+    blocks = build_pending_list(_page(_newest_first(5), 0, exact=True), 10)
+    assert _note(blocks) == "Showing 11 to 15"
+    assert _next_buttons(blocks) == []
 
 
 # --- paging ----------------------------------------------------------------------------------
@@ -138,7 +167,7 @@ def test_the_note_uses_what_remains_not_the_page():
 
 def test_no_next_button_on_the_last_page():
     """When nothing remains after the page there is nothing to page to."""
-    blocks = build_pending_list(_newest_first(PAGE_SIZE), 0, 0)
+    blocks = build_pending_list(_page(_newest_first(PAGE_SIZE)), 0)
     assert _next_buttons(blocks) == []
     assert blocks[-1]["type"] == "context"
 
@@ -146,7 +175,7 @@ def test_no_next_button_on_the_last_page():
 @pytest.mark.parametrize("query", ["", "mine", "all", "cleanup-bot", "Deploy Bot ü"])
 def test_the_next_button_carries_the_next_offset_and_the_query(query):
     """The Next button's value is JSON that names where the next page starts and the filter."""
-    blocks = build_pending_list(_newest_first(PAGE_SIZE), 30, 4, query)
+    blocks = build_pending_list(_page(_newest_first(PAGE_SIZE), 4), 30, query)
     (button,) = _next_buttons(blocks)
     assert blocks[-1]["elements"] == [button]
     assert button["text"]["text"] == "Next"
@@ -156,8 +185,8 @@ def test_the_next_button_carries_the_next_offset_and_the_query(query):
 
 def test_next_buttons_of_different_pages_have_different_block_ids():
     """Each page's Next block has its own id, so Slack never mixes the two up."""
-    first = build_pending_list(_newest_first(PAGE_SIZE), 0, 5)[-1]
-    second = build_pending_list(_newest_first(PAGE_SIZE), PAGE_SIZE, 5)[-1]
+    first = build_pending_list(_page(_newest_first(PAGE_SIZE), 5), 0)[-1]
+    second = build_pending_list(_page(_newest_first(PAGE_SIZE), 5), PAGE_SIZE)[-1]
     assert first["block_id"] != second["block_id"]
 
 
@@ -173,7 +202,7 @@ def test_a_full_page_of_long_approvals_stays_within_the_message_limits():
         )
         for n in range(PAGE_SIZE)
     ]
-    blocks = build_pending_list(page, 0, 500, "a" * 1000)
+    blocks = build_pending_list(_page(page, 500, exact=False), 0, "a" * 1000)
     assert len(blocks) <= MESSAGE_BLOCKS
     assert len(blocks[0]["text"]["text"]) <= HEADER_TEXT
     assert all(len(b["text"]["text"]) <= SECTION_TEXT for b in blocks if b["type"] == "section")
@@ -193,17 +222,17 @@ def test_a_full_page_of_long_approvals_stays_within_the_message_limits():
 def test_describe_query_says_what_the_list_shows(query, header):
     """The header reads the filter: yours to decide, yours requested, everything, or one agent."""
     assert describe_query(query) == header
-    assert build_pending_list([], 0, 0, query)[0]["text"]["text"] == header
+    assert build_pending_list(_page([]), 0, query)[0]["text"]["text"] == header
 
 
 def test_huge_arguments_stay_short_in_the_list():
     """Each item's text fits a section, however long its arguments."""
     approval = make_approval(arguments={"content": "x" * 100_000})
-    text = build_pending_list([approval], 0, 0)[1]["text"]["text"]
+    text = build_pending_list(_page([approval]), 0)[1]["text"]["text"]
     assert len(text) <= 1000
     assert "more characters not shown" in text
     long_title = make_approval(summary="s" * 5000, agent="a" * 5000)
-    blocks = build_pending_list([long_title], 0, 0)
+    blocks = build_pending_list(_page([long_title]), 0)
     assert all(len(b["text"]["text"]) <= SECTION_TEXT for b in blocks if b["type"] == "section")
 
 
@@ -230,7 +259,7 @@ def _recent(count):
 def test_home_is_a_home_view_within_its_block_limit():
     """The App Home tab is a home view with a longer list than a message page, within 100 blocks."""
     approvals = _newest_first(HOME_PAGE_SIZE)
-    view = build_home(approvals, 5, _recent(10))
+    view = build_home(_page(approvals, 5), _recent(10))
     assert view["type"] == "home"
     assert len(view["blocks"]) <= MODAL_BLOCKS
     shown = _listed_ids(view["blocks"])
@@ -240,23 +269,31 @@ def test_home_is_a_home_view_within_its_block_limit():
 
 def test_home_sends_to_the_slash_command_instead_of_paging():
     """Home has no Next button; when more wait it points to /agent-pending."""
-    blocks = build_home(_newest_first(HOME_PAGE_SIZE), 5, [])["blocks"]
+    blocks = build_home(_page(_newest_first(HOME_PAGE_SIZE), 5), [])["blocks"]
     assert _next_buttons(blocks) == []
     assert _note(blocks) == "Showing 1 to 20, 5 more"
     texts = [e["text"] for b in blocks if b["type"] == "context" for e in b["elements"]]
     assert "Type `/agent-pending` to see them all." in texts
 
 
+def test_home_note_marks_a_lower_bound_with_a_plus():
+    """Home's note, too, reads "N+ more" when only a lower bound of what remains is known."""
+    blocks = build_home(_page(_newest_first(HOME_PAGE_SIZE), 80, exact=False), [])["blocks"]
+    assert _note(blocks) == "Showing 1 to 20, 80+ more"
+    assert _next_buttons(blocks) == []
+    assert "/agent-pending" in json.dumps(blocks)
+
+
 def test_home_without_more_waiting_does_not_point_to_the_command():
     """When the whole list fits, Home does not send people elsewhere."""
-    blocks = build_home(_newest_first(3), 0, [])["blocks"]
+    blocks = build_home(_page(_newest_first(3)), [])["blocks"]
     assert "/agent-pending" not in json.dumps(blocks)
 
 
 def test_home_lists_recent_decisions_newest_first():
     """Under "Recent decisions", each decided approval shows its title, agent, id and state."""
     recent = _recent(4)
-    blocks = build_home([], 0, recent)["blocks"]
+    blocks = build_home(_page([]), recent)["blocks"]
     headers = [b["text"]["text"] for b in blocks if b["type"] == "header"]
     assert headers[-1] == "Recent decisions"
     start = next(i for i, b in enumerate(blocks) if b.get("text", {}).get("text") == headers[-1])
@@ -271,20 +308,20 @@ def test_home_lists_recent_decisions_newest_first():
 
 def test_home_recent_decision_without_summary_is_titled_by_its_tool():
     """A decided approval without summary is named by its tool."""
-    blocks = build_home([], 0, [make_decided(Status.COMPLETED)])["blocks"]
+    blocks = build_home(_page([]), [make_decided(Status.COMPLETED)])["blocks"]
     assert blocks[-1]["text"]["text"].startswith("*delete_path* · ")
 
 
 def test_home_with_many_pending_and_recent_stays_within_100_blocks():
     """A full Home page and a long history of decisions still fit a home view."""
-    view = build_home(_newest_first(HOME_PAGE_SIZE), 500, _recent(60))
+    view = build_home(_page(_newest_first(HOME_PAGE_SIZE), 500, exact=False), _recent(60))
     assert len(view["blocks"]) <= MODAL_BLOCKS
     assert _listed_ids(view["blocks"]) == [a.id for a in _newest_first(HOME_PAGE_SIZE)]
 
 
 def test_home_with_nothing_waiting_says_so():
     """An empty App Home says nothing is waiting and that nothing was decided yet."""
-    assert build_home([], 0, []) == {
+    assert build_home(_page([]), []) == {
         "type": "home",
         "blocks": [
             {

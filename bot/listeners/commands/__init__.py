@@ -25,10 +25,13 @@ def handle_agent_pending(
 ) -> None:
     """``/agent-pending [agent name | mine | all]``, answered to the caller only."""
     ack()
+    user = command.get("user_id")
+    if not isinstance(user, str):
+        return
     query = " ".join(str(command.get("text") or "").split())
     if query.lower() in ("mine", "all"):
         query = query.lower()
-    answer_pending(runtime_of(context), respond, str(command["user_id"]), query, 0)
+    answer_pending(runtime_of(context), respond, user, query, 0)
 
 
 def pending_filter(runtime: Runtime, user: str, query: str) -> Callable[[Approval], bool]:
@@ -50,11 +53,13 @@ def answer_pending(
     runtime: Runtime, respond: Respond, user: str, query: str, offset: int, replace: bool = False
 ) -> None:
     """Send one page of the list (replacing the previous page when paging)."""
+    if respond.response_url is None:  # nowhere to answer
+        return
     keep = pending_filter(runtime, user, query)
-    page, remaining = store.pending_page(runtime.conn, keep, offset, PAGE_SIZE)
+    page = store.pending_page(runtime.conn, keep, offset, PAGE_SIZE)
     respond(
         response_type="ephemeral",
         replace_original=replace,
-        text=f"{describe_query(query)}: {len(page)} shown",
-        blocks=build_pending_list(page, offset, remaining, query),
+        text=f"{describe_query(query)}: {len(page.approvals)} shown",
+        blocks=build_pending_list(page, offset, query),
     )

@@ -21,11 +21,11 @@ def handle_app_home_opened(
     event: dict[str, Any], context: dict[str, Any], client: WebClient
 ) -> None:
     """Refresh the Home tab each time it is opened: what the viewer may decide, and history."""
-    if event.get("tab", "home") != "home":
+    user = event.get("user")
+    if event.get("tab", "home") != "home" or not (isinstance(user, str) and user):
         return
     runtime = runtime_of(context)
-    user = str(event["user"])
     keep = pending_filter(runtime, user, "")
-    page, remaining = store.pending_page(runtime.conn, keep, 0, HOME_PAGE_SIZE)
+    page = store.pending_page(runtime.conn, keep, 0, HOME_PAGE_SIZE)
     recent = store.recent_decisions(runtime.conn, limit=10)
-    client.views_publish(user_id=user, view=build_home(page, remaining, recent))
+    client.views_publish(user_id=user, view=build_home(page, recent))

@@ -1,0 +1,118 @@
+"""A pause, once acknowledged, survives a crash of Redis (with AOF), the bot and the worker."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from approvals import run_agent, store
+from approvals.models import DecisionKind, Status
+from tests.agents import tools
+from tests.agents.scripted import calls, say, script
+from tests.e2e import card_of, click, pending_command, wait_status
+from tests.processes import (
+    bot_url,
+    redis_binary,
+    start_bot,
+    start_redis,
+    start_worker,
+    wait_for_workers,
+    wait_until,
+)
+
+AOF = ("--appendonly", "yes", "--appendfsync", "always")
+
+
+@pytest.mark.skipif(redis_binary() is None, reason="needs a redis-server binary to restart")
+def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
+    env, slack, tmp_path, monkeypatch
+):
+    """kill -9 Redis (AOF, appendfsync always), bot and worker: nothing acknowledged is lost.
+
+    Every pending approval and its card are still there; the workers reconnect; a decision
+    still runs its tool once; and the scheduled expiry fires although the scheduler died
+    with Redis (worker maintenance restarts it: within 2 minutes is the promise).
+    """
+    binary = redis_binary()
+    assert binary is not None
+    data = tmp_path / "aof"
+    data.mkdir()
+    server, base = start_redis(binary, data, AOF)
+    port = base.rsplit(":", 1)[1]
+    url = f"{base}/0"
+    env = {**env, "REDIS_URL": url}
+    monkeypatch.setenv("REDIS_URL", url)
+    bot = start_bot(env, tmp_path / "bot.log")
+    workers = [start_worker(env, tmp_path / "worker.log", f"d-{time.time_ns()}")]
+    processes = [bot, *workers]
+    try:
+        bot_address = bot_url(bot)
+        wait_for_workers(env, workers, 1)
+        prompt = script(calls(("delete_path", {"path": "kept"})), say("done"))
+        ids = [run_agent("scripted", prompt, tools=[tools.delete_path]).pause_id for _ in range(20)]
+        expiring = run_agent(
+            "scripted",
+            script(calls(("purge_cache", {"region": "eu"})), say("ok")),
+            tools=[tools.purge_cache],
+        ).pause_id
+        cards = {pause_id: card_of(slack, pause_id).ts for pause_id in [*ids, expiring]}
+
+        # Everything dies at once; Redis comes back from its append-only file.
+        server.send_signal(signal.SIGKILL)
+        server.wait(10)
+        for process in processes:
+            process.stop(signal.SIGKILL)
+        server, _ = start_redis(binary, data, AOF, port=int(port))
+        conn = store.connect(store_settings(url))
+        assert store.pending_count(conn) == 21
+        for pause_id, ts in cards.items():
+            approval = store.load(conn, pause_id)
+            assert approval.status is Status.PENDING and approval.card_ts == ts
+            assert store.load_history(conn, pause_id)
+
+        bot = start_bot(env, tmp_path / "bot2.log")
+        workers = [start_worker(env, tmp_path / "worker2.log", f"d2-{time.time_ns()}")]
+        processes = [bot, *workers]
+        bot_address = bot_url(bot)
+        wait_for_workers(env, workers, 1)
+        pending_command(slack, bot_address, user="UALICE")
+        listed = slack.wait_for(lambda: slack.responses())[-1]
+        shown = [
+            e["value"]
+            for b in listed["blocks"]
+            if b["type"] == "actions"
+            for e in b["elements"]
+            if e["action_id"] == "approval_approve"
+        ]
+        assert shown == list(reversed([*ids, expiring]))[:15]  # all there, newest first
+
+        click(slack, bot_address, "approve", ids[0], card_ts=cards[ids[0]])
+        wait_status(conn, ids[0], Status.COMPLETED)
+        assert len([r for r in _runs(env) if r["tool"] == "delete_path"]) == 1
+
+        # The scheduler died with the old Redis; the new worker's maintenance restarts it.
+        expired = wait_status(
+            conn, expiring, Status.EXPIRED, Status.RUNNING, Status.COMPLETED, timeout=120
+        )
+        assert expired.decision.kind is DecisionKind.EXPIRE
+        assert expired.decision.at - expired.expires_at < 120
+        wait_until(lambda: store.pending_count(conn) == 19, 30, "the rest to stay pending")
+    finally:
+        for process in processes:
+            process.stop()
+        server.terminate()
+        server.wait(10)
+
+
+def store_settings(url: str):
+    from approvals.config import Settings
+
+    return Settings.from_env({"REDIS_URL": url})
+
+
+def _runs(env):
+    from tests.e2e import tool_runs
+
+    return tool_runs(env)
