@@ -97,3 +97,10 @@ def purge_cache(region: str) -> str:
     """Purge a CDN cache (expires after 15 s, for tests that restart Redis in between)."""
     _record("purge_cache", region=region)
     return f"purged {region}"
+
+
+@requires_approval(summary="Set the password of {user}")
+def set_password(user: str, new_password: str, api_key: str = "") -> str:
+    """Set a user's password (its secret arguments must never reach Slack)."""
+    _record("set_password", user=user, new_password=new_password, api_key=api_key)
+    return f"password of {user} changed"
