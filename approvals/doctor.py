@@ -47,6 +47,8 @@ GROUP_SCOPE = "usergroups:read"
 
 
 class Level(StrEnum):
+    """How bad a finding is: ``warn`` works but at a risk the message names; ``fail`` does not."""
+
     OK = "ok"
     WARN = "warn"
     FAIL = "fail"
@@ -54,6 +56,8 @@ class Level(StrEnum):
 
 @dataclass(frozen=True)
 class Check:
+    """One finding: which check, how bad, and one plain sentence for the operator."""
+
     name: str
     level: Level
     message: str

@@ -11,8 +11,9 @@ import functools
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import redis
 from slack_sdk import WebClient
@@ -20,10 +21,25 @@ from slack_sdk import WebClient
 from approvals import agent, queue, review, slack, store
 from approvals.config import Settings
 from approvals.errors import ResumeError, ToolAlreadyStarted
+from approvals.logs import bind_approval
 from approvals.models import DECIDED, Approval, RunResult, Status, result_to_dict
 from approvals.recovery import LEASE_SECONDS
 
 log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _about_approval(job: F) -> F:
+    """Every log line a job writes carries its approval id (jobs take it first)."""
+
+    @functools.wraps(job)
+    def bound(approval_id: str, *args: Any, **kwargs: Any) -> Any:
+        with bind_approval(approval_id):
+            return job(approval_id, *args, **kwargs)
+
+    return bound  # type: ignore[return-value]
+
 
 #: Longer than a card post can take with slack_sdk's own retries (Retry-After included).
 CARD_LOCK_SECONDS = 90
@@ -48,6 +64,7 @@ class CardBeingPosted(Exception):
     """Another attempt is posting this card right now; RQ retries this job later."""
 
 
+@_about_approval
 def post_card(approval_id: str) -> str | None:
     """Post the approval's card once; returns its ts (None when it was already posted).
 
@@ -69,11 +86,13 @@ def post_card(approval_id: str) -> str | None:
     return ts
 
 
+@_about_approval
 def announce_decision(approval_id: str) -> None:
     """Redraw the card and reply in its thread after a decision made outside Slack."""
     slack.announce_decision(_client(), store.load(_conn(), approval_id))
 
 
+@_about_approval
 def expire_approval(approval_id: str) -> str:
     """At the deadline: expire the approval unless someone decided first."""
     expired = review.expire(_conn(), _settings(), approval_id)
@@ -83,6 +102,7 @@ def expire_approval(approval_id: str) -> str:
     return "expired"
 
 
+@_about_approval
 def warn_expiry(approval_id: str) -> None:
     """Remind the thread that the approval expires soon, if it is still waiting."""
     approval = store.load(_conn(), approval_id)
@@ -91,6 +111,7 @@ def warn_expiry(approval_id: str) -> None:
         store.audit(_conn(), approval_id, "expiry_warned", "system")
 
 
+@_about_approval
 def resume_approval(approval_id: str) -> str:
     """Resume a decided approval, at most once, and record how the run ended."""
     conn, settings = _conn(), _settings()
@@ -162,10 +183,11 @@ def _run(conn: redis.Redis, settings: Settings, approval: Approval) -> RunResult
 
 def _show_running(approval: Approval) -> None:
     approval.status = Status.RUNNING
-    try:
-        slack.update_card(_client(), approval)
-    except Exception:  # cosmetic: the final state is published by its own retried job
-        log.warning("could not show approval %s as running", approval.id, exc_info=True)
+    with bind_approval(approval.id):  # a new thread does not inherit the binding
+        try:
+            slack.update_card(_client(), approval)
+        except Exception:  # cosmetic: the final state is published by its own retried job
+            log.warning("could not show approval %s as running", approval.id, exc_info=True)
 
 
 @contextmanager
@@ -187,11 +209,13 @@ def _lease_kept(conn: redis.Redis, approval_id: str) -> Iterator[None]:
         store.drop_lease(conn, approval_id)
 
 
+@_about_approval
 def announce_interrupted(approval_id: str) -> None:
     """Show an interrupted run on the card, with Retry, and explain it in the thread."""
     slack.announce_interrupted(_client(), store.load(_conn(), approval_id))
 
 
+@_about_approval
 def publish_result(approval_id: str) -> None:
     """Show the run's end on the card and in its thread (once, even if retried)."""
     conn = _conn()

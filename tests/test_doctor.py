@@ -1,0 +1,395 @@
+"""``approvals doctor``: each check against the real thing (private redis-servers, a real
+``approvals worker``, the real slack_sdk client against the Slack stand-in)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from approvals import doctor, queue
+from approvals.cli import cli
+from approvals.config import Settings
+from approvals.doctor import Level
+from tests.conftest import BOT_TOKEN
+from tests.processes import (
+    ROOT,
+    approvals_command,
+    free_port,
+    redis_binary,
+    start_redis,
+    start_worker,
+    wait_for_workers,
+    wait_until,
+)
+from tests.slack_standin import SlackStandIn
+
+
+@dataclass
+class AofRedis:
+    base: str
+    _dbs: Iterator[int]
+
+    def new_db(self) -> str:
+        url = f"{self.base}/{next(self._dbs)}"
+        conn = redis.Redis.from_url(url)
+        conn.flushdb()
+        conn.close()
+        return url
+
+
+@pytest.fixture(scope="module")
+def aof_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AofRedis]:
+    """A second private redis-server, this one with AOF on (appendfsync everysec)."""
+    binary = redis_binary()
+    if binary is None:
+        pytest.skip("needs redis-server on PATH to start a server with AOF on")
+    folder = tmp_path_factory.mktemp("redis-aof")
+    process, base = start_redis(
+        binary, folder, ["--appendonly", "yes", "--appendfsync", "everysec"]
+    )
+    yield AofRedis(base, itertools.count(1))
+    process.terminate()
+    process.wait(10)
+
+
+class ScopedStandIn(SlackStandIn):
+    """The stand-in, answering with the given ``X-OAuth-Scopes`` (None: no such header)."""
+
+    def __init__(self, scopes: str | None) -> None:
+        super().__init__(token=BOT_TOKEN)
+        self.scopes = scopes
+
+    def _handle_api(self, method: str, query: str, headers: Any, body: bytes) -> Any:
+        reply = super()._handle_api(method, query, headers, body)
+        if "X-OAuth-Scopes" in reply.headers:
+            if self.scopes is None:
+                del reply.headers["X-OAuth-Scopes"]
+            else:
+                reply.headers["X-OAuth-Scopes"] = self.scopes
+        return reply
+
+
+@pytest.fixture
+def scoped_slack(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Start a stand-in granting the given scopes, and point SLACK_API_URL at it."""
+    started: list[SlackStandIn] = []
+
+    def start(scopes: str | None) -> SlackStandIn:
+        standin = ScopedStandIn(scopes).start()
+        started.append(standin)
+        monkeypatch.setenv("SLACK_API_URL", standin.base_url)
+        return standin
+
+    yield start
+    for standin in started:
+        standin.stop()
+
+
+def by_name(checks: list[doctor.Check]) -> dict[str, doctor.Check]:
+    return {c.name: c for c in checks}
+
+
+def run_doctor(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["doctor", *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result.exit_code, result.output
+
+
+# ---------------------------------------------------------------------------------- Redis
+
+
+def test_redis_without_aof_warns_that_a_kill_loses_recent_pauses(env):
+    """The private test server runs without AOF: persistence is a warning that says why."""
+    conn = redis.Redis.from_url(env["REDIS_URL"])
+    check = doctor.check_persistence(conn)
+    assert check.level is Level.WARN
+    assert "appendonly no" in check.message and "kill -9" in check.message
+    assert "pause" in check.message and "appendonly yes" in check.message
+
+
+@pytest.mark.parametrize(
+    ("policy", "level", "loses"),
+    [
+        ("everysec", Level.OK, "about the last second"),
+        ("always", Level.OK, "next to nothing"),
+        ("no", Level.WARN, "~30 s"),
+    ],
+)
+def test_redis_with_aof_names_appendfsync_and_what_it_can_lose(aof_redis, policy, level, loses):
+    """With AOF on, the check names the appendfsync policy and the writes it can lose."""
+    conn = redis.Redis.from_url(aof_redis.new_db())
+    conn.config_set("appendfsync", policy)
+    try:
+        check = doctor.check_persistence(conn)
+    finally:
+        conn.config_set("appendfsync", "everysec")
+    assert check.level is level
+    assert f"appendfsync {policy}" in check.message and loses in check.message
+
+
+def test_redis_check_names_the_version(env):
+    """A reachable Redis 5+ is ok, and the line says which version answered where."""
+    check = doctor.check_redis(redis.Redis.from_url(env["REDIS_URL"]), Settings.from_env())
+    assert check.level is Level.OK
+    assert check.message.startswith("Redis ") and env["REDIS_URL"] in check.message
+
+
+def test_unreachable_redis_fails_without_printing_the_password(env, monkeypatch):
+    """Nothing listening at REDIS_URL: FAIL, the Redis-based checks are skipped, exit 1."""
+    monkeypatch.setenv("REDIS_URL", f"redis://ops:s3cret@127.0.0.1:{free_port()}/0")
+    code, output = run_doctor()
+    assert code == 1
+    lines = output.splitlines()
+    assert lines[0].startswith("FAIL  redis") and "cannot reach Redis" in lines[0]
+    assert "ops:***@127.0.0.1" in lines[0] and "s3cret" not in output
+    for line, name in zip(
+        lines[1:5], ("persistence", "queue", "workers", "scheduler"), strict=True
+    ):
+        assert line.split()[1] == name and "not checked, because the Redis check failed" in line
+
+
+# ---------------------------------------------------------------------------------- RQ
+
+
+def test_queue_counts_waiting_scheduled_and_failed_jobs(env, conn):
+    """Waiting, scheduled and failed jobs are counted; a failed one makes it a warning."""
+    settings = Settings.from_env()
+    jobs = queue.get_queue(conn, settings)
+    # A card job for an approval that does not exist fails in a real burst worker.
+    jobs.enqueue(queue.POST_CARD, "does-not-exist", job_id="card-does-not-exist")
+    child_env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
+    subprocess.run(
+        approvals_command("worker", "--burst"), env=child_env, cwd=ROOT, check=True, timeout=60
+    )
+    failed = doctor.check_queue(conn, settings)
+    assert failed.level is Level.WARN and "0 waiting, 0 scheduled" in failed.message
+    assert "1 failed" in failed.message and "FailedJobRegistry" in failed.message
+    jobs.enqueue(queue.ANNOUNCE, "a1", job_id="announce-a1")
+    jobs.enqueue(queue.ANNOUNCE, "a2", job_id="announce-a2")
+    jobs.enqueue_in(timedelta(hours=1), queue.EXPIRE, "a3", job_id="expire-a3")
+
+    check = doctor.check_queue(conn, settings)
+    assert check.level is Level.WARN
+    assert "2 waiting, 1 scheduled" in check.message and "1 failed" in check.message
+
+
+def test_an_empty_queue_is_ok(env, conn):
+    """No jobs anywhere: ok, with the counts."""
+    check = doctor.check_queue(conn, Settings.from_env())
+    assert check.level is Level.OK
+    assert "0 waiting, 0 scheduled" in check.message and "0 failed" in check.message
+
+
+def test_without_workers_both_worker_checks_warn(env, conn):
+    """No worker: nothing is posted or resumed, and no scheduler fires expiries."""
+    settings = Settings.from_env()
+    workers = doctor.check_workers(conn, settings)
+    scheduler = doctor.check_scheduler(conn, settings)
+    assert workers.level is Level.WARN and "no worker" in workers.message
+    assert scheduler.level is Level.WARN
+    assert "rq:scheduler-lock:approvals" in scheduler.message and "expiries" in scheduler.message
+
+
+def test_a_running_worker_is_counted_and_holds_the_scheduler_lock(env, conn, tmp_path):
+    """A real `approvals worker`: one worker on the queue, and its scheduler holds the lock."""
+    settings = Settings.from_env()
+    worker = start_worker(env, tmp_path / "worker.log", "doctor-w1")
+    try:
+        wait_for_workers(env, [worker], 1)
+        scheduler = wait_until(
+            lambda: "pid" in (c := doctor.check_scheduler(conn, settings)).message and c,
+            30,
+            "the worker's scheduler to take its lock",
+        )
+        workers = doctor.check_workers(conn, settings)
+    finally:
+        worker.stop()
+    assert workers.level is Level.OK
+    assert workers.message.startswith("1 worker on approvals: doctor-w1 (")
+    assert "holds rq:scheduler-lock:approvals" in scheduler.message and "pid" in scheduler.message
+
+
+# ---------------------------------------------------------------------------------- Slack
+
+
+def test_slack_auth_ok_names_the_bot_and_workspace(env, slack):
+    """auth.test through the real client: ok, naming who the token is."""
+    checks = by_name(doctor.run_checks(Settings.from_env()))
+    assert checks["slack"].level is Level.OK
+    assert "authenticated as approvals (UBOT) in Test" in checks["slack"].message
+    assert [c["method"] for c in slack.calls()] == ["auth.test", "conversations.info"]
+
+
+def test_a_bad_token_fails_with_slacks_reason(env, slack, monkeypatch):
+    """A wrong token: FAIL with Slack's error and what it means; scopes are not checked."""
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-wrong")
+    code, output = run_doctor()
+    assert code == 1
+    line = next(x for x in output.splitlines() if " slack " in x)
+    assert line.startswith("FAIL") and "invalid_auth" in line and "SLACK_BOT_TOKEN" in line
+    assert "not checked, because the Slack check failed" in output
+
+
+def test_a_missing_token_fails(env, monkeypatch):
+    """No SLACK_BOT_TOKEN at all: the Slack check says so."""
+    monkeypatch.delenv("SLACK_BOT_TOKEN")
+    check = doctor.check_slack(doctor.slack_auth(Settings.from_env()), Settings.from_env())
+    assert check.level is Level.FAIL and check.message == "SLACK_BOT_TOKEN is not set"
+
+
+def test_unreachable_slack_fails(env, monkeypatch):
+    """Nothing at SLACK_API_URL: FAIL, naming the URL."""
+    url = f"http://127.0.0.1:{free_port()}/api/"
+    monkeypatch.setenv("SLACK_API_URL", url)
+    check = doctor.check_slack(doctor.slack_auth(Settings.from_env()), Settings.from_env())
+    assert check.level is Level.FAIL and f"cannot reach Slack at {url}" in check.message
+
+
+def test_scopes_are_read_from_the_auth_test_header(env, slack, monkeypatch):
+    """The stand-in grants every scope: ok, and usergroups:read counts only with groups."""
+    check = by_name(doctor.run_checks(Settings.from_env()))["scopes"]
+    assert check.level is Level.OK and check.message == "the token has chat:write, commands"
+    monkeypatch.setenv("APPROVER_GROUPS", "S0123")
+    check = by_name(doctor.run_checks(Settings.from_env()))["scopes"]
+    assert check.message == "the token has chat:write, commands, usergroups:read"
+
+
+@pytest.mark.parametrize(
+    ("granted", "groups", "level", "names"),
+    [
+        ("chat:write", "", Level.FAIL, ["commands"]),
+        ("commands", "", Level.FAIL, ["chat:write"]),
+        ("chat:write,commands", "S0123", Level.FAIL, ["usergroups:read"]),
+        ("chat:write,commands", "", Level.OK, []),
+        ("chat:write,commands,usergroups:read", "S0123", Level.OK, []),
+    ],
+)
+def test_missing_scopes_fail_and_say_what_breaks(
+    env, scoped_slack, monkeypatch, granted, groups, level, names
+):
+    """Each missing scope is named, with what does not work without it."""
+    scoped_slack(granted)
+    monkeypatch.setenv("APPROVER_GROUPS", groups)
+    check = by_name(doctor.run_checks(Settings.from_env()))["scopes"]
+    assert check.level is level
+    for name in names:
+        assert f"without {name}," in check.message
+    if names:
+        assert "reinstall" in check.message
+
+
+def test_no_scopes_header_is_a_warning(env, scoped_slack):
+    """A Slack that does not list the scopes cannot be checked: a warning, not a failure."""
+    scoped_slack(None)
+    check = by_name(doctor.run_checks(Settings.from_env()))["scopes"]
+    assert check.level is Level.WARN and "X-OAuth-Scopes" in check.message
+
+
+def test_the_channel_is_found_and_the_bot_is_in_it(env, slack):
+    """conversations.info answers: ok, with the channel's name."""
+    check = by_name(doctor.run_checks(Settings.from_env()))["channel"]
+    assert check.level is Level.OK and check.message == "#c0cards (C0CARDS): the bot is a member"
+
+
+def test_missing_scope_for_the_channel_is_not_an_error(env, slack):
+    """The manifest has no channels:read: missing_scope means 'cannot verify', ok."""
+    slack.fail_next("conversations.info", error="missing_scope")
+    check = by_name(doctor.run_checks(Settings.from_env()))["channel"]
+    assert check.level is Level.OK and "cannot verify" in check.message
+
+
+def test_an_unknown_channel_fails(env, slack):
+    """channel_not_found: FAIL, with how to find the right id."""
+    slack.fail_next("conversations.info", error="channel_not_found")
+    check = by_name(doctor.run_checks(Settings.from_env()))["channel"]
+    assert check.level is Level.FAIL and "channel_not_found" in check.message
+
+
+def test_no_approvals_channel_is_a_warning(env, slack, monkeypatch):
+    """Without APPROVALS_CHANNEL, agents must name a channel themselves: a warning."""
+    monkeypatch.delenv("APPROVALS_CHANNEL")
+    check = by_name(doctor.run_checks(Settings.from_env()))["channel"]
+    assert check.level is Level.WARN and "APPROVALS_CHANNEL is not set" in check.message
+
+
+# ---------------------------------------------------------------------------------- command
+
+
+def test_text_output_is_one_line_per_check_and_warnings_exit_2(env, slack):
+    """No AOF and no worker: warnings only, so exit 2; one `level name message` line each."""
+    code, output = run_doctor()
+    assert code == 2
+    lines = output.splitlines()
+    names = ["redis", "persistence", "queue", "workers", "scheduler", "slack", "scopes", "channel"]
+    assert [line.split()[1] for line in lines] == names
+    assert {line.split()[0] for line in lines} == {"ok", "warn"}
+
+
+def test_json_output(env, slack):
+    """--json: one object with the overall level and every check."""
+    code, output = run_doctor("--json")
+    report = json.loads(output)
+    assert code == 2 and report["level"] == "warn"
+    assert report["checks"][0] == {
+        "name": "redis",
+        "level": "ok",
+        "message": report["checks"][0]["message"],
+    }
+    assert {c["level"] for c in report["checks"]} == {"ok", "warn"}
+
+
+def test_a_healthy_installation_exits_0(env, aof_redis, tmp_path):
+    """AOF on, a worker with its scheduler, a good token: every line ok, exit 0 (a real run)."""
+    healthy = {**env, "REDIS_URL": aof_redis.new_db()}
+    worker = start_worker(healthy, tmp_path / "worker.log", "doctor-healthy")
+    try:
+        wait_for_workers(healthy, [worker], 1)
+        child_env = {**os.environ, **healthy, "PYTHONPATH": str(ROOT)}
+
+        def healthy_run() -> subprocess.CompletedProcess[str] | None:
+            run = subprocess.run(
+                approvals_command("doctor"),
+                env=child_env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            return run if run.returncode == 0 else None
+
+        run = wait_until(healthy_run, 30, "approvals doctor to report all ok")
+    finally:
+        worker.stop()
+    assert all(line.startswith("ok ") for line in run.stdout.splitlines()), run.stdout
+    assert "appendfsync everysec" in run.stdout
+
+
+def test_safe_url_hides_only_the_password():
+    """Passwords never reach the output; the rest of the URL does."""
+    assert doctor.safe_url("rediss://u:p@h:6380/2") == "rediss://u:***@h:6380/2"
+    assert doctor.safe_url("redis://:p@h/0") == "redis://:***@h/0"
+    assert doctor.safe_url("redis://h:6379/0") == "redis://h:6379/0"
+
+
+def test_exit_code_follows_the_worst_level():
+    """0 all ok, 2 warnings only, 1 any failure."""
+    ok, warn, fail = (doctor.Check("x", lv, "") for lv in (Level.OK, Level.WARN, Level.FAIL))
+    assert doctor.exit_code([ok]) == 0
+    assert doctor.exit_code([ok, warn]) == 2
+    assert doctor.exit_code([warn, fail, ok]) == 1
+
+
+def test_the_aof_fixture_really_has_aof_on(aof_redis):
+    """Guard for the fixture: the second server runs with appendonly yes."""
+    conn = redis.Redis.from_url(aof_redis.new_db())
+    assert conn.config_get("appendonly") == {"appendonly": "yes"}
