@@ -463,5 +463,5 @@ def _json(value: bytes | None) -> Any:
         return None
     try:
         return json.loads(value)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise CorruptRecord("a stored field is not valid JSON") from None

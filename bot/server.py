@@ -30,9 +30,10 @@ def wsgi_app(app: App) -> WSGIApp:
             return [b"ok"]
         try:
             return bolt(environ, start_response)
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        except (AttributeError, LookupError, RecursionError, TypeError, ValueError):
             # Bolt parses the body before any listener runs and raises on malformed JSON or
-            # form data; such a request changed nothing, so it gets a 400, not a 500.
+            # form data, on JSON that is not an object and on JSON nested too deeply; such a
+            # request changed nothing, so it gets a 400, not a 500.
             start_response("400 Bad Request", [("Content-Type", "text/plain")])
             return [b"malformed request"]
 

@@ -137,17 +137,21 @@ def services(
     env = {**env, **(marker.kwargs if marker else {})}
     bot = start_bot(env, tmp_path / "bot.log")
     worker = start_worker(env, tmp_path / "worker.log", f"w-{os.getpid()}-{time.monotonic_ns()}")
-    url = bot_url(bot)
-    wait_for_workers(env, [worker], 1)
-    running = Services(bot_url=url, bot=bot, workers=[worker])
-    yield running
-    # A test may have replaced processes (restarts): stop the originals and the current ones.
-    processes = list(dict.fromkeys([bot, worker, running.bot, *running.workers]))
-    for process in processes:
-        process.stop()
-    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+    running = Services(bot_url="", bot=bot, workers=[worker])
+    try:
+        running.bot_url = bot_url(bot)
+        wait_for_workers(env, [worker], 1)
+        yield running
+    finally:
+        # Also when start-up failed; and a test may have replaced processes (restarts).
+        processes = list(dict.fromkeys([bot, worker, running.bot, *running.workers]))
         for process in processes:
-            sys.stderr.write(f"\n----- {process.log.name} -----\n{process.output()[-6000:]}\n")
+            process.stop()
+        failed = getattr(request.node, "rep_call", None)
+        if failed is None or failed.failed:
+            for process in processes:
+                tail = process.output()[-6000:]
+                sys.stderr.write(f"\n----- {process.log.name} -----\n{tail}\n")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -21,11 +21,13 @@ def replicas(env, tmp_path):
     workers = [
         start_worker(env, tmp_path / f"worker{i}.log", f"r{i}-{time.time_ns()}") for i in range(2)
     ]
-    urls = [bot_url(b) for b in bots]
-    wait_for_workers(env, workers, 2)
-    yield urls
-    for process in [*bots, *workers]:
-        process.stop()
+    try:
+        urls = [bot_url(b) for b in bots]
+        wait_for_workers(env, workers, 2)
+        yield urls
+    finally:
+        for process in [*bots, *workers]:
+            process.stop()
 
 
 def test_fifty_simultaneous_clicks_across_two_bots_make_one_decision(replicas, slack, env, conn):

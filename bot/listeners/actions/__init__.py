@@ -21,6 +21,7 @@ from approvals.errors import ApprovalsError
 from approvals.models import DecisionKind, Status
 from approvals.review import decide, precheck, retry
 from bot.listeners.commands import answer_pending
+from bot.listeners.payload import actor
 from bot.modals import build_edit_modal, build_reject_modal, build_respond_modal
 from bot.pending import NEXT_PAGE_ACTION
 from bot.replies import explain
@@ -41,15 +42,17 @@ def register(app: App) -> None:
     app.action(RETRY_ACTION)(handle_retry)
 
 
-def _clicked(body: dict[str, Any]) -> tuple[str, str, str | None]:
-    """(value, user id, user name) of a block_actions payload."""
-    user = body["user"]
-    name = user.get("name") or user.get("username")
-    return str(body["actions"][0]["value"]), str(user["id"]), name
+def _clicked(body: dict[str, Any]) -> tuple[str, str, str | None] | None:
+    """(value, user id, user name) of a block_actions payload; None when one is unreadable."""
+    sender, value = actor(body), body["actions"][0].get("value")
+    if sender is None or not isinstance(value, str):
+        return None
+    return value, sender[0], sender[1]
 
 
 def _tell(respond: Respond, text: str) -> None:
-    respond(text=text, response_type="ephemeral", replace_original=False)
+    if respond.response_url is not None:  # buttons in modals and on the Home tab have none
+        respond(text=text, response_type="ephemeral", replace_original=False)
 
 
 def handle_approve(
@@ -57,7 +60,10 @@ def handle_approve(
 ) -> None:
     ack()
     runtime = runtime_of(context)
-    approval_id, user, name = _clicked(body)
+    clicked = _clicked(body)
+    if clicked is None:
+        return
+    approval_id, user, name = clicked
     try:
         approval = decide(
             runtime.conn,
@@ -77,7 +83,8 @@ def handle_approve(
         _tell(respond, f"Your approval is counted: {len(approval.votes)} of {needed}.")
         return
     slack.announce_decision(client, approval)
-    if body.get("container", {}).get("is_ephemeral"):
+    container = body.get("container")
+    if isinstance(container, dict) and container.get("is_ephemeral"):
         _tell(respond, f"Approved `{approval.tool_name}` ({approval.id}).")
 
 
@@ -87,7 +94,10 @@ def handle_open_modal(
     """Reject, Edit and Respond ask for details in a modal; refusals come first, privately."""
     ack()
     runtime = runtime_of(context)
-    approval_id, user, _ = _clicked(body)
+    clicked, trigger_id = _clicked(body), body.get("trigger_id")
+    if clicked is None or not (isinstance(trigger_id, str) and trigger_id):
+        return
+    approval_id, user, _ = clicked
     kind, build = _MODALS[body["actions"][0]["action_id"]]
     try:
         approval = precheck(
@@ -96,18 +106,21 @@ def handle_open_modal(
     except ApprovalsError as exc:
         _tell(respond, explain(exc))
         return
-    client.views_open(trigger_id=body["trigger_id"], view=build(approval))
+    client.views_open(trigger_id=trigger_id, view=build(approval))
 
 
 def handle_next_page(
     ack: Ack, body: dict[str, Any], context: dict[str, Any], respond: Respond
 ) -> None:
     ack()
-    value, user, _ = _clicked(body)
+    clicked = _clicked(body)
+    if clicked is None:
+        return
+    value, user, _ = clicked
     try:
         page = json.loads(value)
         offset, query = int(page["offset"]), str(page["query"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, LookupError, TypeError, OverflowError, RecursionError):
         _tell(respond, "That list is out of date; type /agent-pending again.")
         return
     answer_pending(runtime_of(context), respond, user, query, offset, replace=True)
@@ -119,7 +132,10 @@ def handle_retry(
     """A person judged that running an interrupted tool again is safe."""
     ack()
     runtime = runtime_of(context)
-    approval_id, user, _ = _clicked(body)
+    clicked = _clicked(body)
+    if clicked is None:
+        return
+    approval_id, user, _ = clicked
     try:
         approval = retry(runtime.conn, runtime.settings, approval_id, user, runtime.members_of)
     except ApprovalsError as exc:

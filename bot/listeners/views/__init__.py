@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from slack_bolt import Ack, App
 from slack_sdk import WebClient
@@ -11,6 +11,7 @@ from approvals import slack, store
 from approvals.errors import ApprovalsError, InvalidArguments
 from approvals.models import Approval, DecisionKind
 from approvals.review import check_edit, decide
+from bot.listeners.payload import actor
 from bot.modals import (
     EDIT_VIEW,
     REASON_BLOCK,
@@ -26,6 +27,17 @@ from bot.modals import (
 from bot.replies import explain
 from bot.runtime import Runtime, runtime_of
 
+_UNREADABLE = "Nothing changed: this form could not be read."
+
+
+class _Form(NamedTuple):
+    """A modal submission that can be acted on: its approval, input blocks and sender."""
+
+    approval: Approval
+    values: dict[str, dict[str, Any]]
+    user: str
+    name: str | None
+
 
 def register(app: App) -> None:
     app.view(EDIT_VIEW)(handle_edit_submit)
@@ -37,10 +49,11 @@ def handle_edit_submit(
     ack: Ack, body: dict[str, Any], view: dict[str, Any], context: dict[str, Any], client: WebClient
 ) -> None:
     runtime = runtime_of(context)
-    approval = _approval(runtime, ack, view)
-    if approval is None:
+    form = _form(runtime, ack, body, view)
+    if form is None:
         return
-    arguments, errors = read_edit_submission(approval, view["state"]["values"])
+    approval = form.approval
+    arguments, errors = read_edit_submission(approval, form.values)
     if not errors:
         try:
             check_edit(approval, arguments)
@@ -51,70 +64,73 @@ def handle_edit_submit(
         ack(response_action="errors", errors=_visible(errors, approval))
         return
     ack()
-    _decide(runtime, client, body, approval, DecisionKind.EDIT, arguments=arguments)
+    _decide(runtime, client, form, DecisionKind.EDIT, arguments=arguments)
 
 
 def handle_reject_submit(
     ack: Ack, body: dict[str, Any], view: dict[str, Any], context: dict[str, Any], client: WebClient
 ) -> None:
     runtime = runtime_of(context)
-    approval = _approval(runtime, ack, view)
-    if approval is None:
+    form = _form(runtime, ack, body, view)
+    if form is None:
         return
-    reason = read_text(view["state"]["values"], REASON_BLOCK)
-    if approval.policy.reason_required and reason is None:
+    reason = read_text(form.values, REASON_BLOCK)
+    if form.approval.policy.reason_required and reason is None:
         ack(response_action="errors", errors={REASON_BLOCK: "Say why: the agent is told."})
         return
     ack()
-    _decide(runtime, client, body, approval, DecisionKind.REJECT, reason=reason)
+    _decide(runtime, client, form, DecisionKind.REJECT, reason=reason)
 
 
 def handle_respond_submit(
     ack: Ack, body: dict[str, Any], view: dict[str, Any], context: dict[str, Any], client: WebClient
 ) -> None:
     runtime = runtime_of(context)
-    approval = _approval(runtime, ack, view)
-    if approval is None:
+    form = _form(runtime, ack, body, view)
+    if form is None:
         return
-    response = read_text(view["state"]["values"], RESPONSE_BLOCK)
+    response = read_text(form.values, RESPONSE_BLOCK)
     if response is None:
         ack(response_action="errors", errors={RESPONSE_BLOCK: "Write what the agent receives."})
         return
     ack()
-    _decide(runtime, client, body, approval, DecisionKind.RESPOND, response=response)
+    _decide(runtime, client, form, DecisionKind.RESPOND, response=response)
 
 
-def _approval(runtime: Runtime, ack: Ack, view: dict[str, Any]) -> Approval | None:
-    """The approval a modal is about; a vanished one replaces the modal with a notice."""
+def _form(runtime: Runtime, ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> _Form | None:
+    """The submission, read; a vanished approval or an unreadable form becomes a notice."""
+    state, metadata, sender = view.get("state"), view.get("private_metadata"), actor(body)
+    values = state.get("values") if isinstance(state, dict) else None
+    if sender is None or not isinstance(values, dict) or not isinstance(metadata, str):
+        ack(response_action="update", view=build_notice_modal(_UNREADABLE))
+        return None
     try:
-        return store.load(runtime.conn, str(view["private_metadata"]))
+        approval = store.load(runtime.conn, metadata)
     except ApprovalsError as exc:
         ack(response_action="update", view=build_notice_modal(explain(exc)))
         return None
+    # A block's state maps action ids to element states; anything else Slack never sends.
+    blocks = {block: inputs for block, inputs in values.items() if isinstance(inputs, dict)}
+    return _Form(approval, blocks, *sender)
 
 
 def _decide(
-    runtime: Runtime,
-    client: WebClient,
-    body: dict[str, Any],
-    approval: Approval,
-    kind: DecisionKind,
-    **details: Any,
+    runtime: Runtime, client: WebClient, form: _Form, kind: DecisionKind, **details: Any
 ) -> None:
-    user = body["user"]
+    approval = form.approval
     try:
         decided = decide(
             runtime.conn,
             runtime.settings,
             approval.id,
             kind,
-            str(user["id"]),
-            actor_name=user.get("name") or user.get("username"),
+            form.user,
+            actor_name=form.name,
             members_of=runtime.members_of,
             **details,
         )
     except ApprovalsError as exc:
-        client.chat_postEphemeral(channel=approval.channel, user=user["id"], text=explain(exc))
+        client.chat_postEphemeral(channel=approval.channel, user=form.user, text=explain(exc))
         return
     slack.announce_decision(client, decided)
 
