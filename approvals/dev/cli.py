@@ -14,10 +14,10 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -33,25 +33,31 @@ SANDBOX_CHANNEL = "C0APPROVALS"
 #: whose behalf the demo agent runs (nobody may approve their own request).
 SANDBOX_USERS = {"U0DEV": getpass.getuser(), "U0TEAMMATE": "teammate"}
 DEMO_REQUESTER = "U0TEAMMATE"
-DEMO_PLUGIN = "approvals.dev.demo"
+DEMO_MODULE = "approvals.dev.demo"
 INFO_FILE = "dev.json"
 _LISTENING = "approvals bot listening on "
+F = TypeVar("F", bound=Callable[..., Any])
 
-_data_dir = click.option(
-    "--data-dir",
-    default=DEFAULT_DATA_DIR,
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where Redis keeps its data and the sandbox its channel.",
-)
+
+def _data_dir(help: str) -> Callable[[F], F]:
+    return click.option(
+        "--data-dir",
+        default=DEFAULT_DATA_DIR,
+        show_default=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help=help,
+    )
 
 
 @click.command(name="dev")
 @click.option(
-    "--port", default=3000, show_default=True, help="Port of the sandbox (0 picks a free one)."
+    "--port",
+    default=3000,
+    show_default=True,
+    help="Port of the sandbox (with Slack tokens: of the bot in HTTP mode); 0 picks a free one.",
 )
 @click.option("--sandbox", is_flag=True, help="Use the local sandbox even if Slack tokens are set.")
-@_data_dir
+@_data_dir("Where Redis keeps its data and the sandbox its channel.")
 def dev_run(port: int, sandbox: bool, data_dir: Path) -> None:
     """Run Redis, the bot, a worker and a local Slack sandbox: no workspace, no setup."""
     try:
@@ -64,7 +70,7 @@ def dev_run(port: int, sandbox: bool, data_dir: Path) -> None:
 
 
 @click.command(name="demo")
-@_data_dir
+@_data_dir("The --data-dir of the running approvals dev (the demo's folders go there too).")
 def demo_run(data_dir: Path) -> None:
     """Run an offline demo agent that lists files, then asks to delete one."""
     from approvals.dev.demo import AGENT, run_demo
@@ -138,11 +144,13 @@ def _supervise(data_dir: Path, redis_url: str, sandbox: Sandbox | None, port: in
         ChildSpec("bot", bot, env),
         ChildSpec("worker", [sys.executable, "-m", "approvals", "worker"], env),
     ]
-    supervisor = Supervisor(specs, sys.stdout, on_line=_bot_watcher(sandbox))
+    supervisor = Supervisor(
+        specs, sys.stdout, on_line=_bot_watcher(sandbox, lambda text: supervisor.say(text))
+    )
     info = {
         "pid": os.getpid(),
         "redis_url": redis_url,
-        "channel": env.get("APPROVALS_CHANNEL", ""),
+        "channel": env.get("APPROVALS_CHANNEL") or os.environ.get("APPROVALS_CHANNEL", ""),
         "sandbox_url": sandbox.url if sandbox else None,
         "requester": DEMO_REQUESTER if sandbox else None,
     }
@@ -163,10 +171,12 @@ def _supervise(data_dir: Path, redis_url: str, sandbox: Sandbox | None, port: in
 
 def _child_env(redis_url: str, sandbox: Sandbox | None) -> dict[str, str]:
     """The bot's and the worker's environment: this one, pointed at our Redis and sandbox."""
-    plugins = [p.strip() for p in os.environ.get("APPROVALS_LLM_PLUGINS", "").split(",")]
-    plugins = [p for p in plugins if p and p != DEMO_PLUGIN]
-    # The worker resumes the demo agent, so it needs the demo's model.
-    env = {"REDIS_URL": redis_url, "APPROVALS_LLM_PLUGINS": ",".join([*plugins, DEMO_PLUGIN])}
+    # The worker resumes the demo agent, so it needs the demo's model and may import its tools.
+    env = {
+        "REDIS_URL": redis_url,
+        "APPROVALS_LLM_PLUGINS": _with_module("APPROVALS_LLM_PLUGINS", DEMO_MODULE),
+        "APPROVALS_TOOL_MODULES": _with_module("APPROVALS_TOOL_MODULES", DEMO_MODULE),
+    }
     if sandbox is not None:
         env.update(
             SLACK_BOT_TOKEN=sandbox.token,
@@ -178,14 +188,20 @@ def _child_env(redis_url: str, sandbox: Sandbox | None) -> dict[str, str]:
     return env
 
 
-def _bot_watcher(sandbox: Sandbox | None) -> LineHandler:
+def _with_module(variable: str, module: str) -> str:
+    """The comma-separated list in ``variable``, with ``module`` added (once)."""
+    names = [n.strip() for n in os.environ.get(variable, "").split(",")]
+    return ",".join([*(n for n in names if n and n != module), module])
+
+
+def _bot_watcher(sandbox: Sandbox | None, say: Callable[[str], None]) -> LineHandler:
     """Tell the sandbox where the bot listens each time it (re)starts, on its new port."""
 
     def on_line(name: str, line: str) -> None:
         if sandbox is not None and name == "bot" and _LISTENING in line:
             url = line.split(_LISTENING, 1)[1].strip()
             sandbox.set_bot_url(url)
-            click.echo(f"approvals dev: ready. Open {sandbox.url} and run `approvals demo`.")
+            say(f"approvals dev: ready. Open {sandbox.url} and run `approvals demo`.")
 
     return on_line
 

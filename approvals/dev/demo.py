@@ -99,8 +99,11 @@ def make_workspace(base: Path) -> Path:
 
 def run_demo(settings: Settings, base: Path, requested_by: str | None = None) -> Outcome:
     """Make a workspace and run the demo agent on it until it pauses for the deletion."""
-    if __name__ not in settings.llm_plugins:
-        settings = replace(settings, llm_plugins=(*settings.llm_plugins, __name__))
+    settings = replace(
+        settings,
+        llm_plugins=_with(settings.llm_plugins, __name__),
+        tool_modules=_with(settings.tool_modules, __name__),
+    )
     folder = make_workspace(base)
     return run_agent(
         MODEL_ID,
@@ -111,6 +114,10 @@ def run_demo(settings: Settings, base: Path, requested_by: str | None = None) ->
         requested_by=requested_by,
         settings=settings,
     )
+
+
+def _with(names: tuple[str, ...], name: str) -> tuple[str, ...]:
+    return names if name in names else (*names, name)
 
 
 def _inside_workspace(path: str) -> Path:

@@ -137,6 +137,11 @@ class Supervisor:
         code = child.process.poll()
         if code is None:
             return
+        # What it left behind dies with it (RQ's scheduler, forked from the worker, would
+        # otherwise keep the dead worker's blocked Redis connection taking jobs). An RQ
+        # work-horse has its own process group and finishes its job.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.process.pid, signal.SIGKILL)
         if child.reader is not None:
             child.reader.join(timeout=1)  # print its last words before the report
         ran = now - child.started_at

@@ -137,8 +137,8 @@ class Sandbox:
     def _act(self, path: str, headers: Any, body: bytes) -> Reply:
         if not str(headers.get("Content-Type") or "").startswith("application/json"):
             return Reply.json({"ok": False, "error": "JSON only"}, 415)
-        origin = headers.get("Origin")
-        if origin and origin.rstrip("/") != self.workspace.url:
+        origin = urlsplit(str(headers.get("Origin") or ""))
+        if origin.netloc and (origin.scheme, origin.netloc) not in self._origins():
             return Reply.json({"ok": False, "error": "cross-origin request refused"}, 403)
         try:
             data = json.loads(body or b"{}")
@@ -154,9 +154,12 @@ class Sandbox:
         return Reply.json({"ok": outcome.ok, "error": outcome.error})
 
     def _same_host(self, headers: Any) -> bool:
-        host = str(headers.get("Host") or "")
+        return ("http", str(headers.get("Host") or "")) in self._origins()
+
+    def _origins(self) -> set[tuple[str, str]]:
+        """The page's own (scheme, host:port) pairs, by address or by name."""
         port = self.workspace.url.rsplit(":", 1)[1]
-        return host in (f"127.0.0.1:{port}", f"localhost:{port}")
+        return {("http", f"127.0.0.1:{port}"), ("http", f"localhost:{port}")}
 
     def _close(self, user: str, data: dict[str, Any]) -> Outcome:
         self.workspace.close_modal(user)

@@ -675,13 +675,16 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception:
             _log.exception("Slack stand-in failed on %s %s", verb, self.path)
             reply = Reply.json({"ok": False, "error": "fatal_error"}, 500)
-        self.send_response(reply.status)
-        self.send_header("Content-Type", reply.content_type)
-        self.send_header("Content-Length", str(len(reply.body)))
-        for name, value in reply.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(reply.body)
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", reply.content_type)
+            self.send_header("Content-Length", str(len(reply.body)))
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(reply.body)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client left (a page that was closed or reloaded)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Stay quiet: test output should show the test's failures, not access logs."""

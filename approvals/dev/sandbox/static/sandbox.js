@@ -204,6 +204,13 @@ document.addEventListener("click", (event) => {
   }
 });
 
+document.addEventListener("keydown", (event) => {
+  // Escape closes the modal, as in Slack (an open confirm dialog closes itself first).
+  if (event.key === "Escape" && !$("modal-layer").hidden && !document.querySelector("dialog[open]")) {
+    post("/sandbox/close", {});
+  }
+});
+
 document.addEventListener("close", () => {
   if (deferred) apply(deferred);
 }, true);

@@ -1,0 +1,211 @@
+"""``approvals dev`` and ``approvals demo`` as a user runs them: real processes, real Redis,
+the real bot and worker, clicks through the sandbox's page API (the browser tests click the
+same API through Chromium)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+from rq import Worker
+
+from approvals import store
+from approvals.models import Status
+from tests.conftest import BOT_TOKEN, CHANNEL, SIGNING_SECRET, approvals_command, wait_until
+from tests.dev.conftest import ROOT, alive, descendants, start_dev
+
+
+def messages(dev) -> dict[str, str]:
+    """Message ts -> its HTML, for every message in the channel."""
+    found = {}
+    for part in re.split(r'(?=<div class="msg[ "])', dev.state()["main"]):
+        ts = re.search(r'data-ts="([\d.]+)"', part)
+        if ts:
+            found[ts.group(1)] = part
+    return found
+
+
+def card_of(dev, approval_id, timeout=10.0):
+    """(ts, HTML) of the card with buttons for ``approval_id``, once it is posted."""
+
+    def find():
+        cards = messages(dev).items()
+        return next(
+            ((ts, html) for ts, html in cards if f'data-value="{approval_id}"' in html), None
+        )
+
+    return wait_until(find, timeout, f"the card of {approval_id}")
+
+
+def card_showing(dev, ts, text, timeout=20.0):
+    """The card's HTML once it shows ``text`` (the worker and bot redraw it)."""
+
+    def shown():
+        html = messages(dev).get(ts, "")
+        return html if text in html else None
+
+    return wait_until(shown, timeout, f"the card to show {text!r}")
+
+
+def approve(dev, approval_id, ts):
+    action = {
+        "action_id": "approval_approve",
+        "block_id": f"decide-{approval_id}",
+        "value": approval_id,
+    }
+    container = {"type": "message", "channel": dev.info["channel"], "ts": ts}
+    assert dev.post("click", {"container": container, "action": action}) == {
+        "ok": True,
+        "error": None,
+    }
+
+
+def build_folder(dev) -> Path:
+    """The build folder of the latest demo run."""
+    runs = sorted((dev.data_dir / "demo").iterdir(), key=lambda p: int(p.name))
+    return runs[-1] / "build"
+
+
+def test_the_demo_card_appears_at_once_and_approving_it_runs_the_tool(dev):
+    """`approvals demo` pauses; its card is in the sandbox; a click deletes the file."""
+    assert dev.info["redis_url"].startswith("unix://")
+    approval_id = dev.demo()
+    began = time.monotonic()
+    ts, html = card_of(dev, approval_id, timeout=5)
+    print(f"the card was on the page {time.monotonic() - began:.2f}s after the demo returned")
+    build = build_folder(dev)
+    assert f"Delete {build}/app.o" in html and "demo-cleanup" in html and "@teammate" in html
+
+    approve(dev, approval_id, ts)
+    answer = f"Done: deleted {build}/app.o."
+    thread = wait_until(
+        lambda: answer in (t := dev.state(thread=ts)["thread"]) and t, 20, "the final answer"
+    )
+    assert "Approved by" in thread
+    html = card_showing(dev, ts, "Completed")
+    assert "data-action-id" not in html and "3 replies" in html
+    assert not (build / "app.o").exists() and (build / "util.o").exists()
+
+
+def test_a_second_approvals_dev_on_the_same_data_is_refused(dev):
+    done = subprocess.run(
+        approvals_command("dev", "--port", "0", "--data-dir", str(dev.data_dir)),
+        env={**os.environ, **dev.env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 1
+    owner = f"another approvals dev (pid {dev.process.popen.pid}) owns {dev.data_dir.resolve()}"
+    assert owner in done.stderr
+
+
+def test_crashed_children_are_reported_and_restarted(dev):
+    """Kill the worker and the bot: both come back (the bot on a new port), and cards work."""
+    ready_before = dev.output().count("ready. Open")
+    children = descendants(dev.process.popen.pid)
+    worker = next(p for p, cmd in children.items() if " approvals worker" in cmd)
+    bot = next(p for p, cmd in children.items() if " approvals bot" in cmd)
+    os.kill(worker, signal.SIGKILL)
+    os.kill(bot, signal.SIGKILL)
+    wait_until(lambda: "worker exited with code -9" in dev.output(), 10, "the worker's report")
+    wait_until(lambda: "bot exited with code -9" in dev.output(), 10, "the bot's report")
+    wait_until(
+        lambda: dev.output().count("ready. Open") > ready_before, 30, "the bot to listen again"
+    )
+    approval_id = dev.run_demo()
+    ts, _ = card_of(dev, approval_id, timeout=20)
+    approve(dev, approval_id, ts)
+    card_showing(dev, ts, "Completed")
+
+
+def test_a_pause_survives_kill_9_and_ctrl_c_stops_everything(tmp_path):
+    """SIGKILL of approvals dev leaves no process behind and loses no pause (AOF); the next
+    start shows the same card, which still works; Ctrl-C then stops everything cleanly."""
+    data = tmp_path / "data"
+    first = start_dev(data, tmp_path / "first.log")
+    approval_id = first.run_demo()
+    card_of(first, approval_id)
+    children = descendants(first.process.popen.pid)
+    assert sum(1 for cmd in children.values() if "redis-server" in cmd) == 1
+    first.stop(signal.SIGKILL)
+    wait_until(lambda: not [p for p in children if alive(p)], 15, "every child to stop")
+
+    second = start_dev(data, tmp_path / "second.log")
+    try:
+        listed = subprocess.run(
+            approvals_command("pending"),
+            env={**os.environ, "REDIS_URL": second.info["redis_url"], "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert approval_id in listed.stdout
+        ts, html = card_of(second, approval_id)
+        assert "Waiting for a decision" in html
+        approve(second, approval_id, ts)
+        card_showing(second, ts, "Completed")
+        assert not (build_folder(second) / "app.o").exists()
+        socket = Path(second.info["redis_url"].removeprefix("unix://").split("?")[0])
+        children = descendants(second.process.popen.pid)
+    finally:
+        second.stop(signal.SIGINT)
+    assert second.process.popen.returncode == 0
+    assert second.output().rstrip().endswith("approvals dev: stopped")
+    assert not socket.exists() and not (data / "dev.json").exists()
+    assert not [pid for pid in children if alive(pid)]
+
+
+def test_with_redis_url_and_slack_tokens_set_it_uses_them(tmp_path, redis_server, slack):
+    """No Redis of its own and no sandbox: the bot talks to the configured Web API (here the
+    tests' Slack stand-in) and the card lands in that workspace's channel."""
+    url = redis_server.new_db()
+    extra = {
+        "REDIS_URL": url,
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_API_URL": slack.base_url,
+        "APPROVALS_CHANNEL": CHANNEL,
+    }
+    listening = r"\[bot\] approvals bot listening on"
+    dev = start_dev(tmp_path / "data", tmp_path / "dev.log", extra, ready=listening)
+    try:
+        assert f"approvals dev: using REDIS_URL={url}" in dev.output()
+        assert "connecting to your Slack workspace (HTTP on port 0)" in dev.output()
+        assert "Slack sandbox" not in dev.output() and not (tmp_path / "data" / "redis").exists()
+        assert slack.calls("auth.test")
+        conn = redis.Redis.from_url(url)
+        wait_until(lambda: Worker.all(connection=conn), 30, "the worker to use that Redis")
+        done = subprocess.run(
+            approvals_command("demo", "--data-dir", str(dev.data_dir)),
+            env={**os.environ, **dev.env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "its card at your Slack channel" in done.stdout
+        approval_id = re.search(r"approval ([0-9a-f]{16})", done.stdout).group(1)
+        assert store.load(conn, approval_id).status is Status.PENDING
+        card = slack.wait_for(lambda: slack.messages(CHANNEL), 10)[0]
+        assert card.blocks[0]["text"]["text"] == "Approval needed: delete_path"
+        conn.close()
+    finally:
+        dev.stop()
+
+
+def test_demo_without_approvals_dev_says_what_to_do(tmp_path):
+    done = subprocess.run(
+        approvals_command("demo", "--data-dir", str(tmp_path)),
+        env={**os.environ, "REDIS_URL": "", "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 1
+    assert f"approvals dev is not running with --data-dir {tmp_path}; start it" in done.stderr
