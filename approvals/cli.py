@@ -67,12 +67,22 @@ def bot_run(settings: Settings, port: int, host: str, threads: int) -> None:
 @cli.command(name="worker")
 @click.option("--burst", is_flag=True, help="Stop when the queue is empty.")
 @click.option("--name", default=None, help="Worker name (default: RQ's).")
+@click.option(
+    "--processes",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Run this many workers and restart any that dies.",
+)
 @pass_settings
-def worker_run(settings: Settings, burst: bool, name: str | None) -> None:
+def worker_run(settings: Settings, burst: bool, name: str | None, processes: int) -> None:
     """Run an RQ worker that posts cards and resumes decided approvals."""
-    from worker.main import run_worker
+    from worker.main import run_pool, run_worker
 
-    run_worker(settings, burst=burst, name=name)
+    if processes > 1:
+        run_pool(settings, processes)
+    else:
+        run_worker(settings, burst=burst, name=name)
 
 
 @cli.command(name="pending")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import signal
+import sys
 import threading
 import time
 
@@ -16,6 +18,7 @@ from approvals.logs import configure_logging
 from approvals.plugins import load_plugins
 from approvals.queue import get_queue
 from approvals.recovery import recover_dead_runs
+from approvals.supervisor import ChildSpec, Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -62,3 +65,18 @@ def _start_recovery(settings: Settings) -> None:
             time.sleep(settings.maintenance_interval)
 
     threading.Thread(target=loop, name="approvals-recovery", daemon=True).start()
+
+
+def run_pool(settings: Settings, processes: int) -> None:
+    """Keep ``processes`` workers running: one that dies is reported and replaced.
+
+    Each is a plain ``approvals worker`` child, so it forks its own work-horses and runs the
+    same recovery; Ctrl-C or SIGTERM stops them all, each finishing its current job.
+    """
+    settings.require("SLACK_BOT_TOKEN", "APPROVALS_TOOL_MODULES")
+    argv = [sys.executable, "-m", "approvals", "worker"]
+    specs = [ChildSpec(f"worker-{i + 1}", argv) for i in range(processes)]
+    supervisor = Supervisor(specs, sys.stdout, label="approvals worker")
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: supervisor.stop())
+    supervisor.run()

@@ -1,9 +1,10 @@
 """Run child processes together: prefix their output, restart the ones that crash, stop all.
 
 ``approvals dev`` runs the bot and the worker as the production commands, each in its own
-process. A developer sees one terminal: every line a child prints comes out prefixed with its
-name, a crash is reported and the child restarted (with growing pauses, so a child that cannot
-start does not spin), and Ctrl-C stops everything.
+process, and ``approvals worker --processes N`` keeps N workers alive the same way. One
+terminal shows every line a child prints, prefixed with its name; a crash is reported and the
+child restarted (with growing pauses, so a child that cannot start does not spin); Ctrl-C
+stops everything.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from approvals.dev.orphans import die_with_parent
+from approvals.orphans import die_with_parent
 
 #: A child that ran this long before exiting is restarted at once, not after a pause.
 HEALTHY_SECONDS = 30.0
@@ -60,12 +61,14 @@ class Supervisor:
         on_line: LineHandler | None = None,
         first_backoff: float = 1.0,
         stop_timeout: float = 10.0,
+        label: str = "approvals dev",
     ) -> None:
         self._children = [_Child(spec) for spec in specs]
         self._out = out
         self._on_line = on_line
         self._first_backoff = first_backoff
         self._stop_timeout = stop_timeout
+        self._label = label
         self._stopping = threading.Event()
         self._print_lock = threading.Lock()
         self.restarts = 0
@@ -149,7 +152,7 @@ class Supervisor:
         delay = min(MAX_BACKOFF_SECONDS, self._first_backoff * 2 ** max(child.failures - 1, 0))
         delay = 0.0 if child.failures == 0 else delay
         self.say(
-            f"approvals dev: {child.spec.name} exited with code {code} after {ran:.1f}s; "
+            f"{self._label}: {child.spec.name} exited with code {code} after {ran:.1f}s; "
             f"restarting it in {delay:.0f}s"
         )
         self.restarts += 1
