@@ -1,0 +1,344 @@
+"""``python -m bench [--quick] [--only GROUP,...] [--out PATH]``: run the figures, print the
+Markdown table, write the JSON results. Exits non-zero only when a figure crashed."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import agent_side, bot_http, loop, throughput
+from bench.harness import Bench
+from bench.report import Figure, at_least, at_most, exactly, table, write_json
+
+KB = 1024
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many samples each figure takes."""
+
+    loop: int
+    bursts: int
+    clicks: int
+    pause: int
+    rounds: int
+    approvals: int
+    waiting: int
+    listings: int
+    memory: int
+    counts: int
+    polls: int
+    poll_window: float
+
+    @classmethod
+    def full(cls) -> Plan:
+        return cls(200, 10, 50, 100, 3, 300, 10_000, 100, 200, 5, 40, 20.0)
+
+    @classmethod
+    def quick(cls) -> Plan:
+        return cls(5, 1, 10, 5, 1, 10, 10_000, 3, 10, 1, 3, 1.0)
+
+
+POLL_INTERVAL = 2.0
+
+Group = Callable[[Bench, Plan, list[Figure]], None]
+
+
+def default_worker(bench: Bench, plan: Plan, out: list[Figure]) -> None:
+    """B1, B4, B2 and B8 with the default (forking) ``Worker``, one worker."""
+    folder = bench.folder
+    env = {
+        "BENCH_TOOL_LOG": str(folder / "tools-default.jsonl"),
+        "SCRIPTED_LEDGER": str(folder / "model-default.jsonl"),
+    }
+    with bench.phase("default", workers=1, worker_class="Worker", env=env) as phase:
+        samples = loop.run_loop(phase, plan.loop)
+        out.append(
+            Figure(
+                "B1",
+                "click → gated tool starts, `Worker` (default)",
+                "ms",
+                samples.click_to_tool,
+                samples.floor,
+                "p50 ≤ 20 ms, p99 ≤ 60 ms",
+                at_most(p50=20, p99=60),
+                detail={
+                    "stages_median_ms": samples.stage_medians(),
+                    "floor_handoff_median_ms": loop._median(samples.handoff),
+                    "floor_http_median_ms": loop._median(samples.http),
+                    "click_to_200_median_ms": loop._median(samples.click_to_200),
+                },
+            )
+        )
+        out.append(
+            Figure(
+                "B4",
+                "pause → card received by Slack, `Worker`",
+                "ms",
+                samples.pause_to_card,
+                samples.set_history,
+                "p50 ≤ 20 ms",
+                at_most(p50=20),
+                detail={"pause_to_return_median_ms": loop._median(samples.pause_to_return)},
+            )
+        )
+        figure, floor = bot_http.run_burst(phase, plan.bursts, plan.clicks)
+        out.append(
+            Figure(
+                "B2",
+                f"click → HTTP 200, {plan.clicks} clicks in flight",
+                "ms",
+                figure,
+                floor,
+                "p99 ≤ 30 ms",
+                at_most(p99=30),
+            )
+        )
+        counts = loop.run_counts(phase, plan.counts)
+        for what, title in (("model", "model calls"), ("tools", "tool executions")):
+            ratio = counts[f"gated_{what}"] / counts[f"plain_{what}"]
+            out.append(
+                Figure(
+                    f"B8 {what}",
+                    f"{title}, paused-then-approved run / run with no gate",
+                    "x",
+                    [ratio],
+                    target="exactly 1.00",
+                    check=exactly(1.0),
+                    detail=counts,
+                )
+            )
+
+
+def fast_worker(bench: Bench, plan: Plan, out: list[Figure]) -> None:
+    """B7, then B1 and B4 with ``SimpleWorker`` (the fast setting), one worker."""
+    env = {"BENCH_TOOL_LOG": str(bench.folder / "tools-fast.jsonl")}
+    with bench.phase("fast", workers=1, worker_class="SimpleWorker", env=env) as phase:
+        for size in (10 * KB, 100 * KB):
+            memory = agent_side.run_memory(phase, plan.memory, size)
+            out.append(
+                Figure(
+                    f"B7 {size // KB} KB",
+                    f"Redis memory per waiting approval / its history bytes ({size // KB} KB)",
+                    "x",
+                    [memory["ratio"]],
+                    target="≤ 1.3",
+                    check=at_most(p50=1.3),
+                    detail=memory,
+                )
+            )
+        samples = loop.run_loop(phase, plan.loop)
+        out.append(
+            Figure(
+                "B1 fast",
+                "click → gated tool starts, `SimpleWorker`",
+                "ms",
+                samples.click_to_tool,
+                samples.floor,
+                "p50 ≤ 8 ms",
+                at_most(p50=8),
+                detail={
+                    "stages_median_ms": samples.stage_medians(),
+                    "floor_handoff_median_ms": loop._median(samples.handoff),
+                    "floor_http_median_ms": loop._median(samples.http),
+                },
+            )
+        )
+        out.append(
+            Figure(
+                "B4 fast",
+                "pause → card received by Slack, `SimpleWorker`",
+                "ms",
+                samples.pause_to_card,
+                samples.set_history,
+                "p50 ≤ 20 ms",
+                at_most(p50=20),
+            )
+        )
+
+
+def bot_only(bench: Bench, plan: Plan, out: list[Figure]) -> None:
+    """The polling design beside B1, and B6, with the bot and no worker."""
+    env = {"BENCH_TOOL_LOG": str(bench.folder / "tools-poll.jsonl")}
+    with bench.phase("bot", workers=0, env=env) as phase:
+        polled = loop.run_polling(phase, plan.polls, POLL_INTERVAL, plan.poll_window)
+        out.append(
+            Figure(
+                "B1 polling",
+                f"click → tool, polling design (checks every {POLL_INTERVAL:g} s)",
+                "ms",
+                polled,
+                target="— (compare with B1)",
+            )
+        )
+        bot_http.fill_pending(phase, plan.waiting)
+        out.append(
+            Figure(
+                "B6",
+                f"/agent-pending answered, {plan.waiting:,} waiting",
+                "ms",
+                bot_http.run_pending(phase, plan.listings),
+                target="p50 ≤ 50 ms",
+                check=at_most(p50=50),
+            )
+        )
+
+
+def agent_only(bench: Bench, plan: Plan, out: list[Figure]) -> None:
+    """B3 at three history sizes; no worker runs, so the agent has the machine to itself."""
+    with bench.phase("agent", bot=False, workers=0) as phase:
+        for size, label, target in (
+            (10 * KB, "10 KB", 2),
+            (100 * KB, "100 KB", 4),
+            (MB, "1 MB", 25),
+        ):
+            cost = agent_side.run_pause_cost(phase, size, plan.pause)
+            out.append(
+                Figure(
+                    f"B3 {label}",
+                    f"PauseChain raised → run_agent returns, {label} history",
+                    "ms",
+                    cost.samples,
+                    cost.floor,
+                    f"p50 ≤ {target} ms",
+                    at_most(p50=target),
+                    detail={"stored_history_bytes": cost.stored_bytes[:1]},
+                )
+            )
+            phase.conn.flushdb()
+
+
+def throughput_all(bench: Bench, plan: Plan, out: list[Figure]) -> None:
+    """B5 for both worker classes, with 1 worker, then 2."""
+    for worker_class in ("SimpleWorker", "Worker"):
+        name = f"b5-{worker_class}"
+        with bench.phase(name, bot=False, workers=1, worker_class=worker_class) as phase:
+            for workers, target in ((1, 150), (2, 300)):
+                if workers > len(phase.workers):
+                    phase.start_worker()
+                    phase.wait_for_workers()
+                rates: list[float] = []
+                floors: list[float] = []
+                details = []
+                for _ in range(plan.rounds):
+                    floors.append(throughput.noop_rate(phase, plan.approvals * 2, workers))
+                    measured = throughput.approval_rate(phase, plan.approvals, workers)
+                    rates.append(measured["rate"])
+                    details.append(measured)
+                out.append(
+                    Figure(
+                        f"B5 {worker_class} x{workers}",
+                        f"approvals resumed+completed per second, {workers} `{worker_class}`",
+                        "/s",
+                        rates,
+                        floors,
+                        f"≥ {target}/s",
+                        at_least(target),
+                        higher_is_better=True,
+                        detail={"rounds": details, "approvals_per_round": plan.approvals},
+                    )
+                )
+
+
+GROUPS: dict[str, Group] = {
+    "default": default_worker,
+    "fast": fast_worker,
+    "bot": bot_only,
+    "agent": agent_only,
+    "throughput": throughput_all,
+}
+ORDER = ["B1", "B1 fast", "B1 polling", "B2", "B3", "B4", "B5", "B6", "B7", "B8"]
+
+
+def _order(figure: Figure) -> int:
+    """The table's order (B1 .. B8); figures of one number keep the order they ran in."""
+    for i, prefix in reversed(list(enumerate(ORDER))):
+        if figure.key.startswith(prefix):
+            return i
+    return len(ORDER)
+
+
+def load_average() -> str:
+    """The 1, 5 and 15-minute load averages: other work on the machine skews every figure."""
+    if not os.path.exists("/proc/loadavg"):
+        return ""
+    with open("/proc/loadavg", encoding="utf-8") as loadavg:
+        return " ".join(loadavg.read().split()[:3])
+
+
+def machine() -> dict[str, str]:
+    cpu = ""
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info if "model name" in line), "")
+    versions = {p: importlib.metadata.version(p) for p in ("rq", "redis", "slack-bolt", "llm")}
+    return {
+        "cores": str(os.cpu_count()),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        **versions,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="few samples: prove it still works")
+    parser.add_argument("--only", default="", help=f"comma-separated groups of {list(GROUPS)}")
+    parser.add_argument("--out", type=Path, default=Path("artifacts/bench.json"))
+    parser.add_argument("--keep", type=Path, help="keep logs and files in this folder")
+    args = parser.parse_args(argv)
+    plan = Plan.quick() if args.quick else Plan.full()
+    chosen = [g.strip() for g in args.only.split(",") if g.strip()] or list(GROUPS)
+    unknown = set(chosen) - set(GROUPS)
+    if unknown:
+        parser.error(f"unknown groups {sorted(unknown)}; choose from {list(GROUPS)}")
+    started = time.monotonic()
+    load_before = load_average()
+    figures: list[Figure] = []
+    crashed: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="approvals-bench-") as temporary:
+        folder = Path(args.keep) if args.keep else Path(temporary)
+        folder.mkdir(parents=True, exist_ok=True)
+        bench = Bench(folder)
+        try:
+            for name in chosen:
+                print(f"bench: {name} ...", file=sys.stderr, flush=True)
+                try:
+                    GROUPS[name](bench, plan, figures)
+                except Exception as exc:
+                    traceback.print_exc()
+                    crashed.append(name)
+                    figures.append(Figure(name, f"group {name}", "ms", [], error=repr(exc)[:200]))
+        finally:
+            bench.close()
+    figures.sort(key=_order)
+    seconds = round(time.monotonic() - started, 1)
+    meta = {
+        "quick": args.quick,
+        "seconds": seconds,
+        "groups": chosen,
+        "machine": machine(),
+        "load_average": {"before": load_before, "after": load_average()},
+    }
+    write_json(args.out, figures, meta)
+    print(table(figures))
+    print(f"\n{len(figures)} figures in {seconds} s; JSON in {args.out}", file=sys.stderr)
+    print(f"load average before/after: {load_before} / {load_average()}", file=sys.stderr)
+    if crashed:
+        print(f"crashed: {', '.join(crashed)}", file=sys.stderr)
+    return 1 if crashed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

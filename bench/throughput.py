@@ -1,0 +1,83 @@
+"""B5: decided approvals resumed and completed per second, beside RQ jobs that do nothing.
+
+Every worker is first held by a ``bench.jobs.hold`` job; the approvals are decided (or the
+no-op jobs enqueued) behind it; then all workers are released at one instant, and the clock
+runs from that instant to the ``ended_at`` of the last job (RQ's own timestamp). For an
+approval the work is its resume job and its publish job (the result shown on the card and in
+its thread), because a worker must do both for every approval it resumes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from rq import Queue
+
+from approvals import review, store
+from approvals.models import DecisionKind, Status
+from bench.harness import USER, Phase, poll, rq_time
+from bench.loop import pause
+
+
+def _hold(phase: Phase, workers: int) -> str:
+    key = f"bench:hold:{uuid.uuid4().hex}"
+    for _ in range(workers):
+        phase.queue().enqueue("bench.jobs.hold", key, 120, job_timeout=180, result_ttl=0)
+    poll(lambda: int(phase.conn.get(f"{key}:held") or 0) >= workers, 60, "every worker held")
+    return key
+
+
+def _release(phase: Phase, key: str, workers: int) -> float:
+    released = time.time()
+    phase.conn.lpush(key, *["go"] * workers)
+    return released
+
+
+def _last_end(phase: Phase, job_ids: list[str], required: bool = True) -> float | None:
+    """The latest ``ended_at`` of these jobs (None when none exists and not ``required``)."""
+    pipe = phase.conn.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hget(f"rq:job:{job_id}", "ended_at")
+    ends = [e for e in (rq_time(v) for v in pipe.execute()) if e is not None]
+    if required or ends:
+        assert len(ends) == len(job_ids), f"{len(job_ids) - len(ends)} jobs have no ended_at"
+    return max(ends) if ends else None
+
+
+def noop_rate(phase: Phase, jobs: int, workers: int) -> float:
+    """Jobs/s of ``bench.jobs.noop`` on these workers."""
+    key = _hold(phase, workers)
+    tag = uuid.uuid4().hex[:8]
+    job_ids = [f"noop-{tag}-{i}" for i in range(jobs)]
+    phase.queue().enqueue_many(
+        [Queue.prepare_data("bench.jobs.noop", job_id=j, result_ttl=600) for j in job_ids]
+    )
+    released = _release(phase, key, workers)
+    phase.idle(timeout=300, interval=0.1)
+    ended = _last_end(phase, job_ids)
+    assert ended is not None
+    return jobs / (ended - released)
+
+
+def approval_rate(phase: Phase, approvals: int, workers: int) -> dict[str, Any]:
+    """Approvals/s: paused (cards posted), decided while the workers are held, then released."""
+    ids = [pause(phase, 2_000, f"b5-{i}")[0] for i in range(approvals)]
+    phase.idle(timeout=600)
+    key = _hold(phase, workers)
+    for approval_id in ids:
+        review.decide(phase.conn, phase.settings, approval_id, DecisionKind.APPROVE, USER)
+    released = _release(phase, key, workers)
+
+    phase.idle(timeout=600, interval=0.1)  # a resume enqueues its publish before it ends
+    resumed = _last_end(phase, [f"resume-{a}" for a in ids])
+    assert resumed is not None
+    # A separate publish job per approval, if the project still uses one.
+    published = _last_end(phase, [f"publish-{a}" for a in ids], required=False) or resumed
+    completed = sum(store.load(phase.conn, a).status is Status.COMPLETED for a in ids)
+    assert completed == approvals, f"{approvals - completed} approvals did not complete"
+    return {
+        "rate": approvals / (max(resumed, published) - released),
+        "resumes_only_rate": approvals / (resumed - released),
+    }
