@@ -99,7 +99,7 @@ def run_agent(
                 raise GateError(str(exc)) from None
     limit = chain_limit or settings.chain_limit
     context = _RunContext(
-        conn=store.connect(settings),
+        conn=store.shared_connection(settings),
         settings=settings,
         model_id=resolved.model_id,
         agent=agent,

@@ -17,13 +17,16 @@ from approvals.config import Settings
 from approvals.errors import ConfigError, ResumeError
 
 _lock = threading.Lock()
+_plugins_loaded = False
 SyncModel = llm.Model | llm.KeyModel
 _models: dict[str, SyncModel] = {}
 
 
 def load_plugins(settings: Settings) -> None:
     """Register ``APPROVALS_LLM_PLUGINS`` modules with llm, then load llm's own plugins."""
+    global _plugins_loaded
     with _lock:
+        registered = False
         for name in settings.llm_plugins:
             if pm.has_plugin(name):
                 continue
@@ -32,7 +35,10 @@ def load_plugins(settings: Settings) -> None:
             except ImportError as exc:
                 raise ConfigError(f"APPROVALS_LLM_PLUGINS: cannot import {name}: {exc}") from None
             pm.register(module, name=name)
-        llm.get_models()
+            registered = True
+        if registered or not _plugins_loaded:
+            llm.get_models()  # loads llm's plugins once; every later run_agent skips this
+            _plugins_loaded = True
 
 
 def resolve_model(model: SyncModel | str) -> SyncModel:

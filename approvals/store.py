@@ -56,6 +56,17 @@ def audit_key(approval_id: str) -> str:
     return f"{PREFIX}audit:{approval_id}"
 
 
+_shared: dict[str, redis.Redis] = {}
+
+
+def shared_connection(settings: Settings) -> redis.Redis:
+    """One client per ``REDIS_URL`` for the whole process (agents call ``run_agent`` often)."""
+    client = _shared.get(settings.redis_url)
+    if client is None:
+        client = _shared.setdefault(settings.redis_url, connect(settings))
+    return client
+
+
 def connect(settings: Settings) -> redis.Redis:
     """A client for ``REDIS_URL`` (``redis://``, ``rediss://`` and ACL users in the URL work).
 

@@ -7,6 +7,7 @@ resume: a resume never runs a tool whose arguments changed meaning since it was 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import types
@@ -19,8 +20,13 @@ from approvals.errors import GateError, ResumeError
 from approvals.models import ToolRef
 
 
+@functools.lru_cache(maxsize=1024)
 def describe_tool(tool: Callable[..., Any]) -> llm.Tool:
-    """llm's view of a tool function: its name and the JSON schema the model sees."""
+    """llm's view of a tool function: its name and the JSON schema the model sees.
+
+    Cached: building the schema (a pydantic model per call) cost milliseconds per tool on
+    every pause, and a function's signature does not change while it exists.
+    """
     return llm.Tool.function(tool)  # type: ignore[no-untyped-call,no-any-return]
 
 
