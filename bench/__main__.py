@@ -7,6 +7,7 @@ import argparse
 import importlib.metadata
 import os
 import platform
+import signal
 import sys
 import tempfile
 import time
@@ -303,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(chosen) - set(GROUPS)
     if unknown:
         parser.error(f"unknown groups {sorted(unknown)}; choose from {list(GROUPS)}")
+    # On SIGTERM, unwind normally so every phase stops the processes it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     load_before = load_average()
     figures: list[Figure] = []
