@@ -26,7 +26,7 @@ from approvals.gate import gate_of, released
 from approvals.models import Approval, Decision, DecisionKind, SiblingResult
 from approvals.plugins import SyncModel, load_plugins, resolve_model
 from approvals.secrets import secret_names
-from approvals.tools import check_allowed, describe_tool, import_tools, tool_refs
+from approvals.tools import check_allowed, describe_tool, import_tools, llm_tools, tool_refs
 
 _LLM_VERSION = importlib.metadata.version("llm")
 
@@ -109,7 +109,9 @@ def run_agent(
         channel=channel,
         requested_by=requested_by,
     )
-    chain = resolved.conversation(chain_limit=limit).chain(prompt, system=system, tools=list(tools))
+    chain = resolved.conversation(chain_limit=limit).chain(
+        prompt, system=system, tools=llm_tools(tools)
+    )
     return _drive(chain, context)
 
 
@@ -122,8 +124,16 @@ class Resumed:
     tool_output: str | None = None
 
 
-def resume(conn: redis.Redis, settings: Settings, approval: Approval) -> Resumed:
+def resume(
+    conn: redis.Redis,
+    settings: Settings,
+    approval: Approval,
+    on_tool_start: Callable[[], None] | None = None,
+) -> Resumed:
     """Continue a decided approval's chain from its saved history (called by the worker).
+
+    ``on_tool_start`` is called once the gated call is marked started, just before it runs,
+    so that work around the run (updating the card) never delays the tool.
 
     Raises:
         ResumeError: a tool or the model cannot be found, or a tool changed since the pause.
@@ -143,6 +153,8 @@ def resume(conn: redis.Redis, settings: Settings, approval: Approval) -> Resumed
             raise llm.CancelToolCall(refused)
         if decision.kind.runs_tool and not store.mark_tool_started(conn, approval.id):
             raise ToolAlreadyStarted(f"{approval.tool_name} was already started for {approval.id}")
+        if on_tool_start is not None:
+            on_tool_start()
         if decision.kind is DecisionKind.EDIT and decision.arguments is not None:
             # Reassign, never mutate: the dict is shared with the saved history.
             call.arguments = dict(decision.arguments)
@@ -176,7 +188,7 @@ def resume(conn: redis.Redis, settings: Settings, approval: Approval) -> Resumed
     chain = model.conversation(chain_limit=approval.chain_limit).chain(
         messages=history,
         system=approval.system,
-        tools=list(tools),
+        tools=llm_tools(tools),
         before_call=before_call,
         after_call=after_call,
     )

@@ -48,7 +48,7 @@ def cli() -> None:
 @cli.command(name="bot")
 @click.option("--port", default=3000, show_default=True, help="HTTP port (0 picks a free one).")
 @click.option("--host", default="0.0.0.0", show_default=True, help="Interface to listen on.")
-@click.option("--threads", default=16, show_default=True, help="Request threads (HTTP mode).")
+@click.option("--threads", default=64, show_default=True, help="Request threads (HTTP mode).")
 @pass_settings
 def bot_run(settings: Settings, port: int, host: str, threads: int) -> None:
     """Run the Slack app: Socket Mode if SLACK_APP_TOKEN is set, else HTTP at /slack/events."""

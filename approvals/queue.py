@@ -47,6 +47,8 @@ def enqueue_card(
         retry=_SLACK_RETRY,
         pipeline=pipeline,
         job_timeout=60,
+        # The record keeps the card's ts; a kept result only weighed on every waiting approval.
+        result_ttl=0,
     )
 
 

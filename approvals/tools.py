@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import llm
+from llm.models import ToolDef
 
 from approvals.errors import GateError, ResumeError
 from approvals.models import ToolRef
@@ -28,6 +29,11 @@ def describe_tool(tool: Callable[..., Any]) -> llm.Tool:
     every pause, and a function's signature does not change while it exists.
     """
     return llm.Tool.function(tool)  # type: ignore[no-untyped-call,no-any-return]
+
+
+def llm_tools(tools: Sequence[Callable[..., Any]]) -> list[ToolDef]:
+    """The tools as llm sees them, from the cache (llm would rebuild each schema per prompt)."""
+    return [describe_tool(tool) for tool in tools]
 
 
 def tool_refs(tools: Sequence[Callable[..., Any]]) -> list[ToolRef]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 import redis
@@ -288,21 +288,12 @@ class Phase:
         poll(quiet, timeout, "the workers to be idle", interval=interval)
 
     def audit_event(self, approval_id: str, event: str, timeout: float = 30) -> None:
-        """Block (XREAD, no polling) until the approval's audit trail records ``event``."""
-        key = store.audit_key(approval_id)
-        last = "0-0"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = cast(
-                list[tuple[bytes, list[tuple[str, dict[bytes, bytes]]]]],
-                self.conn.xread({key: last}, block=int(timeout * 1000)),
-            )
-            for _, entries in found or []:
-                for entry_id, fields in entries:
-                    last = entry_id
-                    if fields.get(b"event") == event.encode():
-                        return
-        raise TimeoutError(f"approval {approval_id} never recorded {event}")
+        """Wait until the approval's audit trail records ``event``."""
+
+        def recorded() -> bool:
+            return any(e["event"] == event for e in store.audit_trail(self.conn, approval_id))
+
+        poll(recorded, timeout, f"approval {approval_id} to record {event}", interval=0.002)
 
     def tool_log(self) -> list[dict[str, Any]]:
         path = self.env.get("BENCH_TOOL_LOG")

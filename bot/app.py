@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis
@@ -14,6 +15,9 @@ from approvals import slack, store
 from approvals.config import Settings
 from bot.listeners import register_listeners
 from bot.runtime import Runtime
+
+#: Enough for every click of a burst to be acknowledged at once; idle threads cost little.
+LISTENER_THREADS = 64
 
 
 def create_app(settings: Settings, conn: redis.Redis | None = None) -> App:
@@ -37,6 +41,9 @@ def create_app(settings: Settings, conn: redis.Redis | None = None) -> App:
         before_authorize=RefuseMalformed(),
         # Only custom workflow functions use it; it would let a payload swap the bot token.
         attaching_function_token_enabled=False,
+        # Bolt's default pool has 5 threads: in a burst of clicks each ack() waited behind the
+        # Redis and Slack calls of the clicks before it (bench B2).
+        listener_executor=ThreadPoolExecutor(LISTENER_THREADS, thread_name_prefix="listener"),
     )
     if not socket_mode:  # after Bolt's own middleware, so only verified signatures count
         app.middleware(RefuseReplays(runtime.conn))

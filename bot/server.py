@@ -40,7 +40,7 @@ def wsgi_app(app: App) -> WSGIApp:
     return application
 
 
-def serve_http(app: App, host: str, port: int, threads: int = 16) -> None:
+def serve_http(app: App, host: str, port: int, threads: int = 64) -> None:
     """Serve until interrupted; prints the URL it listens on (port 0 picks a free one)."""
     from waitress.server import create_server
 

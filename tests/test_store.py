@@ -250,6 +250,28 @@ def test_audit_trail_is_oldest_first(conn):
     assert all(float(e["at"]) > 0 for e in trail)
 
 
+def test_audit_trail_is_one_compact_json_line_per_event(conn):
+    """Each event is one JSON line in a plain list, so a waiting approval's trail stays small."""
+    approval = _create(conn)
+    key = store.audit_key(approval.id)
+
+    assert conn.type(key) == b"list"
+    assert json.loads(conn.lindex(key, 0))["event"] == "paused"
+    assert conn.memory_usage(key) < 512
+
+
+def test_an_unreadable_audit_entry_is_shown_as_such_not_a_crash(conn):
+    """Redis is a trust boundary: a line that is not a JSON object does not break the trail."""
+    approval = _create(conn)
+    conn.rpush(store.audit_key(approval.id), b"\xff{not json", b"[1, 2]")
+    store.audit(conn, approval.id, "approved", "UALICE")
+
+    trail = store.audit_trail(conn, approval.id)
+
+    assert [e["event"] for e in trail] == ["paused", "unreadable", "unreadable", "approved"]
+    assert trail[1]["raw"].endswith("{not json")
+
+
 def test_audit_trail_of_an_unknown_approval_is_empty(conn):
     """An approval that never existed has no audit events."""
     assert store.audit_trail(conn, "nope") == []

@@ -41,6 +41,9 @@ def _about_approval(job: F) -> F:
     return bound  # type: ignore[return-value]
 
 
+#: A run shorter than this goes straight to its result, without a "running" redraw between.
+RUNNING_AFTER = 1.0
+
 #: Longer than a card post can take with slack_sdk's own retries (Retry-After included).
 CARD_LOCK_SECONDS = 90
 
@@ -58,6 +61,13 @@ def _conn() -> redis.Redis:
 @functools.cache
 def _client() -> WebClient:
     return slack.web_client(_settings())
+
+
+def warm() -> None:
+    """Build the settings, Redis client and Slack client now (the worker calls this once)."""
+    _settings()
+    _conn()
+    _client()
 
 
 class CardBeingPosted(Exception):
@@ -127,14 +137,18 @@ def resume_approval(approval_id: str) -> str:
 def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
     approval = store.load(conn, approval_id)
     store.audit(conn, approval_id, "resume_started", "worker")
-    # The card says "running" while the agent runs; the update must not delay the tool.
-    shown = threading.Thread(target=_show_running, args=(approval,), daemon=True)
-    shown.start()
-    result = _run(conn, settings, approval)
+    # The card says "running" when the run takes a while; the update must not delay the
+    # tool, so its clock starts once the tool has (or now, when the tool is not to run).
+    shown = threading.Timer(RUNNING_AFTER, _show_running, args=(approval,))
+    shown.daemon = True
+    decision = approval.decision
+    if decision is None or not decision.kind.runs_tool:
+        shown.start()
+    result = _run(conn, settings, approval, on_tool_start=shown.start)
     if result.status is Status.INTERRUPTED:
         store.transition(conn, approval_id, Status.INTERRUPTED, sources=[Status.RUNNING])
         store.audit(conn, approval_id, "interrupted", "worker", reason=result.error or "")
-        shown.join(timeout=15)
+        _join_started(shown)
         queue.enqueue_interrupted(conn, settings, approval_id)
         return result.status.value
     store.transition(
@@ -155,14 +169,19 @@ def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
         executed_arguments=result.executed_arguments,
         tool_output=result.tool_output or "",
     )
-    shown.join(timeout=15)
-    queue.enqueue_publish(conn, settings, approval_id)
+    _join_started(shown)
+    _publish_now(conn, settings, approval_id)
     return result.status.value
 
 
-def _run(conn: redis.Redis, settings: Settings, approval: Approval) -> RunResult:
+def _run(
+    conn: redis.Redis,
+    settings: Settings,
+    approval: Approval,
+    on_tool_start: Callable[[], None] | None = None,
+) -> RunResult:
     try:
-        resumed = agent.resume(conn, settings, approval)
+        resumed = agent.resume(conn, settings, approval, on_tool_start)
     except ToolAlreadyStarted as exc:  # another attempt started the tool: never twice
         return RunResult(Status.INTERRUPTED, error=str(exc))
     except ResumeError as exc:
@@ -179,6 +198,25 @@ def _run(conn: redis.Redis, settings: Settings, approval: Approval) -> RunResult
         executed_arguments=resumed.executed_arguments,
         tool_output=resumed.tool_output,
     )
+
+
+def _join_started(timer: threading.Timer) -> None:
+    """Call off the "running" update, or wait for it if it began: the result comes last."""
+    timer.cancel()
+    if timer.ident is not None:  # never started when the tool never ran
+        timer.join(timeout=15)
+
+
+def _publish_now(conn: redis.Redis, settings: Settings, approval_id: str) -> None:
+    """Publish the result from this job; on failure, as its own job that RQ retries.
+
+    A separate job for every result cost a second trip through RQ per approval (bench B5).
+    """
+    try:
+        publish_result(approval_id)
+    except Exception:
+        log.warning("publishing approval %s failed; retrying as a job", approval_id, exc_info=True)
+        queue.enqueue_publish(conn, settings, approval_id)
 
 
 def _show_running(approval: Approval) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import signal
 import sys
@@ -11,7 +12,7 @@ import time
 from rq import SimpleWorker, Worker
 from rq.serializers import JSONSerializer
 
-import worker.jobs  # noqa: F401 - imported once here so forked work-horses inherit it
+import worker.jobs  # imported here, once: forked work-horses inherit it
 from approvals import store
 from approvals.config import Settings
 from approvals.logs import configure_logging
@@ -31,6 +32,7 @@ def run_worker(settings: Settings, *, burst: bool = False, name: str | None = No
     """
     settings.require("SLACK_BOT_TOKEN", "APPROVALS_TOOL_MODULES")
     load_plugins(settings)
+    _warm(settings)
     conn = store.connect(settings)
     worker_class = SimpleWorker if settings.worker_class == "SimpleWorker" else Worker
     worker = worker_class(
@@ -47,6 +49,20 @@ def run_worker(settings: Settings, *, burst: bool = False, name: str | None = No
     if not burst:
         _start_recovery(settings)
     return bool(worker.work(burst=burst, with_scheduler=True, logging_level="INFO"))
+
+
+def _warm(settings: Settings) -> None:
+    """Do once, before any job, what every job would otherwise pay for on its first run.
+
+    With the forking worker this matters most: a work-horse starts from its parent's memory,
+    so whatever is imported or built here is never rebuilt per job.
+    """
+    worker.jobs.warm()
+    for name in settings.tool_modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:  # the resume reports it on the approval, where it matters
+            log.warning("APPROVALS_TOOL_MODULES: cannot import %s: %s", name, exc)
 
 
 def _start_recovery(settings: Settings) -> None:
