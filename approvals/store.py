@@ -68,6 +68,14 @@ def shared_connection(settings: Settings) -> redis.Redis:
     return client
 
 
+def close_shared_connections() -> None:
+    """Close the clients ``shared_connection`` kept (a process that used many Redis URLs,
+    such as the test suite, would otherwise hold every one's connections until it exits)."""
+    while _shared:
+        _, client = _shared.popitem()
+        client.close()
+
+
 def connect(settings: Settings) -> redis.Redis:
     """A client for ``REDIS_URL`` (``redis://``, ``rediss://`` and ACL users in the URL work).
 

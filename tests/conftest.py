@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import redis
 
+from approvals import store
 from tests.processes import (
     Process,
     bot_url,
@@ -81,6 +82,15 @@ def slack_server() -> Iterator[SlackStandIn]:
 def slack(slack_server: SlackStandIn) -> SlackStandIn:
     slack_server.reset()
     return slack_server
+
+
+@pytest.fixture(autouse=True)
+def _closed_shared_clients() -> Iterator[None]:
+    """Each test's agents share one Redis client per URL; a new database per test means a
+    new URL, so close them after the test: left open, hundreds of tests' connections piled up
+    against the server's and the process's file limits (a 200-thread test then failed)."""
+    yield
+    store.close_shared_connections()
 
 
 @pytest.fixture
