@@ -153,7 +153,7 @@ def resume(
             raise llm.CancelToolCall(refused)
         if decision.kind.runs_tool and not store.mark_tool_started(conn, approval.id):
             raise ToolAlreadyStarted(f"{approval.tool_name} was already started for {approval.id}")
-        if on_tool_start is not None:
+        if decision.kind.runs_tool and on_tool_start is not None:
             on_tool_start()
         if decision.kind is DecisionKind.EDIT and decision.arguments is not None:
             # Reassign, never mutate: the dict is shared with the saved history.

@@ -3,8 +3,9 @@
 Every worker is first held by a ``bench.jobs.hold`` job; the approvals are decided (or the
 no-op jobs enqueued) behind it; then all workers are released at one instant, and the clock
 runs from that instant to the ``ended_at`` of the last job (RQ's own timestamp). For an
-approval the work is its resume job and its publish job (the result shown on the card and in
-its thread), because a worker must do both for every approval it resumes.
+approval the work is its resume and the publication of its result (on the card and in its
+thread), which the resume job does itself; a separate publish job (Slack refused the first
+try) is counted when one exists.
 """
 
 from __future__ import annotations

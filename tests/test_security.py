@@ -24,7 +24,7 @@ from tests.e2e import (
     tool_runs,
     wait_status,
 )
-from tests.processes import bot_url, start_bot
+from tests.processes import bot_url, start_bot, wait_until
 from tests.slack_requests import FORM, block_actions_payload, post_signed, signature_headers
 
 
@@ -120,6 +120,8 @@ def test_a_forged_button_value_cannot_decide_an_approval_the_clicker_may_not(
     a = _pause("delete_path", {"path": "build"})
     b = _pause("restart_service", {"name": "db"})
     card_a, card_b = card_of(slack, a), card_of(slack, b)
+    # The worker records the card's ts just after Slack answered: snapshot B once it has.
+    wait_until(lambda: conn.hexists(store.approval_key(b), "card_ts"), 10, "B's card ts saved")
     record_b = conn.hgetall(store.approval_key(b))
 
     for action in ("approve", "reject", "edit", "respond"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import signal
@@ -63,6 +64,10 @@ def _warm(settings: Settings) -> None:
             importlib.import_module(name)
         except ImportError as exc:  # the resume reports it on the approval, where it matters
             log.warning("APPROVALS_TOOL_MODULES: cannot import %s: %s", name, exc)
+    # What is loaded now lives as long as the worker: keep the collector of each forked
+    # work-horse from walking it, which copied its pages on write in every job.
+    gc.collect()
+    gc.freeze()
 
 
 def _start_recovery(settings: Settings) -> None:
