@@ -41,6 +41,18 @@ def load_plugins(settings: Settings) -> None:
             _plugins_loaded = True
 
 
+def warm_models() -> int:
+    """Resolve every installed sync model and alias now, as ``resolve_model`` would later;
+    returns how many ids are cached. A forked work-horse then inherits them instead of
+    asking every plugin for its models again (about 2 ms per resume)."""
+    with _lock:
+        for model_with_aliases in llm.get_models_with_aliases():
+            model = model_with_aliases.model
+            for model_id in (model.model_id, *model_with_aliases.aliases):
+                _models.setdefault(model_id, model)
+        return len(_models)
+
+
 def resolve_model(model: SyncModel | str) -> SyncModel:
     """The model itself, or the sync model registered under that id (cached)."""
     if isinstance(model, llm.Model | llm.KeyModel):

@@ -53,7 +53,11 @@ def enqueue_card(
 
 
 def enqueue_resume(
-    conn: redis.Redis, settings: Settings, approval_id: str, again: bool = False
+    conn: redis.Redis,
+    settings: Settings,
+    approval_id: str,
+    again: bool = False,
+    pipeline: Any = None,
 ) -> None:
     """Ask a worker to resume a decided approval (``again``: a retry or a requeue)."""
     suffix = f"-{time.time_ns()}" if again else ""
@@ -63,6 +67,7 @@ def enqueue_resume(
         job_id=f"resume-{approval_id}{suffix}",
         job_timeout=settings.job_timeout,
         result_ttl=RESULT_TTL,
+        pipeline=pipeline,
     )
 
 

@@ -296,9 +296,13 @@ def _after_decision(
         details.update(proposed=approval.arguments, approved=decision.arguments)
     if decision.kind is DecisionKind.RESPOND:
         details.update(response=decision.response)
-    store.audit(conn, approval.id, decision.kind.status.value, decision.actor, **details)
     refused = decision.kind in (DecisionKind.REJECT, DecisionKind.EXPIRE)
     if refused and approval.policy.on_reject is OnReject.STOP:
+        store.audit(conn, approval.id, decision.kind.status.value, decision.actor, **details)
         store.audit(conn, approval.id, "run_stopped", SYSTEM_ACTOR, reason="on_reject=stop")
         return
-    queue.enqueue_resume(conn, settings, approval.id)
+    # One round trip for both: the resume job is what the clicker is waiting for.
+    pipe = conn.pipeline()
+    queue.enqueue_resume(conn, settings, approval.id, pipeline=pipe)
+    store.audit(pipe, approval.id, decision.kind.status.value, decision.actor, **details)
+    pipe.execute()

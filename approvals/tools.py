@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import sys
 import types
 from collections.abc import Callable, Sequence
@@ -19,6 +20,8 @@ from llm.models import ToolDef
 
 from approvals.errors import GateError, ResumeError
 from approvals.models import ToolRef
+
+log = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -61,6 +64,15 @@ def _ref(tool: Callable[..., Any]) -> ToolRef:
     return ToolRef(
         name=definition.name, path=f"{module}:{qualname}", schema=definition.input_schema
     )
+
+
+def import_modules(allowed: Sequence[str]) -> None:
+    """Import the allowed tool modules now (the worker does, so work-horses inherit them)."""
+    for name in allowed:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:  # the resume that needs it reports it on its approval
+            log.warning("APPROVALS_TOOL_MODULES: cannot import %s: %s", name, exc)
 
 
 def import_tools(refs: Sequence[ToolRef], allowed: Sequence[str]) -> list[Callable[..., Any]]:

@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import gc
-import importlib
 import logging
 import signal
 import sys
 import threading
 import time
 
-from rq import SimpleWorker, Worker
+from rq import Queue, SimpleWorker, Worker
+from rq.job import Job
 from rq.serializers import JSONSerializer
 
 import worker.jobs  # imported here, once: forked work-horses inherit it
 from approvals import store
 from approvals.config import Settings
 from approvals.logs import configure_logging
-from approvals.plugins import load_plugins
+from approvals.plugins import load_plugins, warm_models
 from approvals.queue import get_queue
 from approvals.recovery import recover_dead_runs
 from approvals.supervisor import ChildSpec, Supervisor
+from approvals.tools import import_modules
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def run_worker(settings: Settings, *, burst: bool = False, name: str | None = No
     load_plugins(settings)
     _warm(settings)
     conn = store.connect(settings)
-    worker_class = SimpleWorker if settings.worker_class == "SimpleWorker" else Worker
+    worker_class = SimpleWorker if settings.worker_class == "SimpleWorker" else ForkingWorker
     worker = worker_class(
         [get_queue(conn, settings)],
         connection=conn,
@@ -52,6 +53,14 @@ def run_worker(settings: Settings, *, burst: bool = False, name: str | None = No
     return bool(worker.work(burst=burst, with_scheduler=True, logging_level="INFO"))
 
 
+class ForkingWorker(Worker):
+    """RQ's forking worker, which readies a resume's tools and model before it forks."""
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        worker.jobs.ready(job.func_name or "", job.args)
+        super().execute_job(job, queue)
+
+
 def _warm(settings: Settings) -> None:
     """Do once, before any job, what every job would otherwise pay for on its first run.
 
@@ -59,11 +68,8 @@ def _warm(settings: Settings) -> None:
     so whatever is imported or built here is never rebuilt per job.
     """
     worker.jobs.warm()
-    for name in settings.tool_modules:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:  # the resume reports it on the approval, where it matters
-            log.warning("APPROVALS_TOOL_MODULES: cannot import %s: %s", name, exc)
+    import_modules(settings.tool_modules)
+    log.info("%d model ids resolved ahead of jobs", warm_models())
     # What is loaded now lives as long as the worker: keep the collector of each forked
     # work-horse from walking it, which copied its pages on write in every job.
     gc.collect()
