@@ -5,12 +5,13 @@ that says, in plain words, what was found and what it means for approvals. Nothi
 writes to Redis or Slack: the checks read configuration and counters only (RQ's registries
 are counted without their usual clean-up).
 
-- ``redis``: reachable at ``REDIS_URL``, and version 5 or newer (RQ and the audit streams need it).
+- ``redis``: reachable at ``REDIS_URL``, and version 5 or newer (RQ needs it).
 - ``persistence``: AOF and ``appendfsync``, i.e. which recent pauses a crash would lose.
-- ``queue``: jobs waiting, scheduled (expiries, warnings, retries) and failed.
+- ``queue``: jobs waiting, scheduled (Slack retries) and failed; deadlines (expiries and
+  warnings) ahead, and whether any is long overdue (no worker sweeping them).
 - ``workers``: RQ workers listening on the queue.
-- ``scheduler``: whether a worker's RQ scheduler holds the queue's lock; without one, expiries,
-  warnings and Slack retries never fire.
+- ``scheduler``: whether a worker's RQ scheduler holds the queue's lock; without one, Slack
+  retries never fire.
 - ``slack``: ``auth.test`` with ``SLACK_BOT_TOKEN``.
 - ``scopes``: the token's scopes, from the ``X-OAuth-Scopes`` header of ``auth.test``.
 - ``channel``: ``APPROVALS_CHANNEL`` is set and Slack knows it.
@@ -22,6 +23,7 @@ the same failure.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -35,7 +37,7 @@ from rq.serializers import JSONSerializer
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web import SlackResponse
 
-from approvals import queue, slack
+from approvals import deadlines, queue, slack, store
 from approvals.config import Settings
 from approvals.errors import ConfigError
 
@@ -125,7 +127,7 @@ def check_redis(conn: redis.Redis, settings: Settings) -> Check:
         return Check(
             "redis",
             Level.FAIL,
-            f"Redis {version} at {where} is too old: RQ and the audit streams need Redis 5+",
+            f"Redis {version} at {where} is too old: RQ needs Redis 5+",
         )
     return Check("redis", Level.OK, f"Redis {version} at {where}")
 
@@ -197,22 +199,30 @@ def _text(value: Any) -> str:
 
 
 def check_queue(conn: redis.Redis, settings: Settings) -> Check:
-    """Jobs waiting, scheduled and failed; failed jobs are cards or updates that never happened."""
+    """Jobs waiting, scheduled and failed, and deadlines: failed jobs are cards or updates
+    that never happened; a deadline long overdue means no worker is sweeping them."""
     jobs = queue.get_queue(conn, settings)
     waiting = jobs.count
     scheduled = jobs.scheduled_job_registry.get_job_count(cleanup=False)
     failed = jobs.failed_job_registry.get_job_count(cleanup=False)
+    ahead, overdue = store.deadline_counts(conn, time.time(), deadlines.OVERDUE_SECONDS)
     counts = (
-        f"queue {settings.queue}: {waiting} waiting, {scheduled} scheduled "
-        f"(expiries, warnings, retries), {failed} failed"
+        f"queue {settings.queue}: {waiting} waiting, {scheduled} scheduled (retries), "
+        f"{failed} failed; {ahead} deadlines ahead (expiries, warnings)"
     )
+    problems = []
     if failed:
-        return Check(
-            "queue",
-            Level.WARN,
-            f"{counts}; each failed job is a card post, expiry or Slack update that did not "
-            "happen after its retries (RQ keeps them in its FailedJobRegistry for a year)",
+        problems.append(
+            "each failed job is a card post, expiry or Slack update that did not happen "
+            "after its retries (RQ keeps them in its FailedJobRegistry for a year)"
         )
+    if overdue:
+        problems.append(
+            f"{overdue} deadlines are more than {deadlines.OVERDUE_SECONDS:.0f} s overdue: "
+            "no worker is sweeping them (start `approvals worker`)"
+        )
+    if problems:
+        return Check("queue", Level.WARN, f"{counts}; " + "; ".join(problems))
     return Check("queue", Level.OK, counts)
 
 
@@ -243,8 +253,8 @@ def check_scheduler(conn: redis.Redis, settings: Settings) -> Check:
         return Check(
             "scheduler",
             Level.WARN,
-            f"no RQ scheduler holds {key}: expiries, expiry warnings and Slack retries do not "
-            "fire. Every `approvals worker` runs one, and takes a free lock within "
+            f"no RQ scheduler holds {key}: Slack retries do not fire. Every "
+            "`approvals worker` runs one, and takes a free lock within "
             f"APPROVALS_MAINTENANCE_INTERVAL ({settings.maintenance_interval} s)",
         )
     name = _text(holder)

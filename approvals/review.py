@@ -303,6 +303,7 @@ def _after_decision(
         return
     # One round trip for both: the resume job is what the clicker is waiting for.
     pipe = conn.pipeline()
-    queue.enqueue_resume(conn, settings, approval.id, pipeline=pipe)
+    pipe.multi()  # explicit, so RQ's enqueue(pipeline=...) joins this transaction
     store.audit(pipe, approval.id, decision.kind.status.value, decision.actor, **details)
+    queue.enqueue_resume(conn, settings, approval.id, pipeline=pipe)
     pipe.execute()

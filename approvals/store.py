@@ -10,7 +10,8 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:lease:<id>      string  held (with a TTL) by the worker running the resume
     approvals:lock:<id>:<what> string a short lock on one piece of work (posting the card)
     approvals:usergroup:<id>  string  cached members of a Slack user group (JSON list, TTL)
-    approvals:audit:<id>      stream  what happened to the approval, with time and actor
+    approvals:audit:<id>      list    what happened to the approval (JSON lines: event, actor, at)
+    approvals:deadlines       zset    "expire:<id>" and "warn:<id>", scored by when they are due
     approvals:seen:<sig>      string  a Slack request signature already accepted (TTL)
 
 The history lives apart from the hash so that listing and deciding never read it. Status
@@ -43,6 +44,7 @@ PREFIX = "approvals:"
 PENDING_KEY = PREFIX + "pending"
 DECIDED_KEY = PREFIX + "decided"
 RUNNING_KEY = PREFIX + "running"
+DEADLINES_KEY = PREFIX + "deadlines"
 
 
 def approval_key(approval_id: str) -> str:
@@ -98,6 +100,7 @@ local function leave_pending(current)
     redis.call('ZREM', KEYS[2], ARGV[1])
     redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
     redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(RECENT_KEPT + 1))
+    redis.call('ZREM', KEYS[5], 'expire:' .. ARGV[1], 'warn:' .. ARGV[1])
   end
 end
 local function track_running(current, target)
@@ -177,7 +180,7 @@ class VoteResult:
 
 
 def _keys(approval_id: str) -> list[str]:
-    return [approval_key(approval_id), PENDING_KEY, DECIDED_KEY, RUNNING_KEY]
+    return [approval_key(approval_id), PENDING_KEY, DECIDED_KEY, RUNNING_KEY, DEADLINES_KEY]
 
 
 def transition(
@@ -437,6 +440,10 @@ def pending_count(conn: redis.Redis) -> int:
     return int(conn.zcard(PENDING_KEY))
 
 
+def card_posted(conn: redis.Redis, approval_id: str) -> bool:
+    return bool(conn.hexists(approval_key(approval_id), "card_ts"))
+
+
 def set_card(conn: redis.Redis, approval_id: str, card_ts: str) -> bool:
     """Remember where the card was posted; False if a card was already recorded."""
     return bool(conn.hsetnx(approval_key(approval_id), "card_ts", card_ts))
@@ -459,6 +466,53 @@ def claim(conn: redis.Redis, approval_id: str, flag: str) -> bool:
 def release(conn: redis.Redis, approval_id: str, flag: str) -> None:
     """Clear a flag set by ``claim`` (its work failed and will be retried)."""
     conn.hdel(approval_key(approval_id), flag)
+
+
+def add_deadline(target: Any, kind: str, approval_id: str, due: float) -> None:
+    """Remember that ``kind`` ("expire" or "warn") is due for the approval at ``due``.
+
+    ``target`` is a client or a pipeline (the pause writes it in its own transaction).
+    """
+    target.zadd(DEADLINES_KEY, {f"{kind}:{approval_id}": due})
+
+
+_TAKE_DUE_LUA = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
+for _, member in ipairs(due) do
+  redis.call('ZADD', KEYS[1], 'XX', ARGV[2], member)
+end
+return due
+"""
+
+
+def take_due_deadlines(
+    conn: redis.Redis, now: float, hold_for: float, limit: int = 100
+) -> list[tuple[str, str]]:
+    """The (kind, approval id) pairs due by ``now``, held back ``hold_for`` seconds so that no
+    other worker takes them meanwhile; one not dropped by then (its taker died) is due again.
+    """
+    script = conn.register_script(_TAKE_DUE_LUA)
+    members = cast(
+        list[bytes], script(keys=[DEADLINES_KEY], args=[repr(now), repr(now + hold_for), limit])
+    )
+    taken = []
+    for member in members:
+        kind, _, approval_id = _text(member).partition(":")
+        taken.append((kind, approval_id))
+    return taken
+
+
+def drop_deadline(conn: redis.Redis, kind: str, approval_id: str) -> None:
+    conn.zrem(DEADLINES_KEY, f"{kind}:{approval_id}")
+
+
+def deadline_counts(conn: redis.Redis, now: float, late_by: float) -> tuple[int, int]:
+    """(deadlines ahead, deadlines more than ``late_by`` seconds overdue)."""
+    pipe = conn.pipeline(transaction=False)
+    pipe.zcard(DEADLINES_KEY)
+    pipe.zcount(DEADLINES_KEY, "-inf", repr(now - late_by))
+    total, late = cast(list[int], pipe.execute())
+    return total - late, late
 
 
 def audit(conn: redis.Redis, approval_id: str, event: str, actor: str, **details: Any) -> None:

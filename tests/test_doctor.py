@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -16,7 +17,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from approvals import doctor, queue
+from approvals import deadlines, doctor, queue, store
 from approvals.cli import cli
 from approvals.config import Settings
 from approvals.doctor import Level
@@ -190,14 +191,31 @@ def test_an_empty_queue_is_ok(env, conn):
     assert "0 waiting, 0 scheduled" in check.message and "0 failed" in check.message
 
 
+def test_deadlines_are_counted_and_long_overdue_ones_warn(env, conn):
+    """Deadlines ahead are counted; one overdue by more than a minute means no worker sweeps."""
+    settings = Settings.from_env()
+    now = time.time()
+    store.add_deadline(conn, queue.EXPIRE_DEADLINE, "a1", now + 3600)
+    store.add_deadline(conn, queue.WARN_DEADLINE, "a1", now + 3000)
+    ahead = doctor.check_queue(conn, settings)
+    assert ahead.level is Level.OK and "2 deadlines ahead" in ahead.message
+
+    store.add_deadline(conn, queue.EXPIRE_DEADLINE, "a2", now - 2 * deadlines.OVERDUE_SECONDS)
+    late = doctor.check_queue(conn, settings)
+    assert late.level is Level.WARN
+    assert "1 deadlines are more than 60 s overdue" in late.message
+    assert "approvals worker" in late.message
+
+
 def test_without_workers_both_worker_checks_warn(env, conn):
-    """No worker: nothing is posted or resumed, and no scheduler fires expiries."""
+    """No worker: nothing is posted or resumed, and no scheduler fires Slack retries."""
     settings = Settings.from_env()
     workers = doctor.check_workers(conn, settings)
     scheduler = doctor.check_scheduler(conn, settings)
     assert workers.level is Level.WARN and "no worker" in workers.message
     assert scheduler.level is Level.WARN
-    assert "rq:scheduler-lock:approvals" in scheduler.message and "expiries" in scheduler.message
+    assert "rq:scheduler-lock:approvals" in scheduler.message
+    assert "Slack retries" in scheduler.message
 
 
 def test_a_running_worker_is_counted_and_holds_the_scheduler_lock(env, conn, tmp_path):

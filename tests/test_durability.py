@@ -11,7 +11,7 @@ from approvals import run_agent, store
 from approvals.models import DecisionKind, Status
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
-from tests.e2e import card_of, click, pending_command, wait_status
+from tests.e2e import card_of, click, pending_command, reply_containing, wait_status
 from tests.processes import (
     bot_url,
     redis_binary,
@@ -32,8 +32,9 @@ def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
     """kill -9 Redis (AOF, appendfsync always), bot and worker: nothing acknowledged is lost.
 
     Every pending approval and its card are still there; the workers reconnect; a decision
-    still runs its tool once; and the scheduled expiry fires although the scheduler died
-    with Redis (worker maintenance restarts it: within 2 minutes is the promise).
+    still runs its tool once; the expiry, kept as a deadline in Redis, fires; and RQ's
+    scheduler, which died with Redis, is restarted by worker maintenance, so a Slack retry
+    still happens (within 2 minutes is the promise).
     """
     binary = redis_binary()
     assert binary is not None
@@ -92,18 +93,34 @@ def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
         wait_status(conn, ids[0], Status.COMPLETED)
         assert len([r for r in _runs(env) if r["tool"] == "delete_path"]) == 1
 
-        # The scheduler died with the old Redis; the new worker's maintenance restarts it.
+        # The deadline was written with the pause: the new worker's sweep fires it.
         expired = wait_status(
             conn, expiring, Status.EXPIRED, Status.RUNNING, Status.COMPLETED, timeout=120
         )
         assert expired.decision.kind is DecisionKind.EXPIRE
         assert expired.decision.at - expired.expires_at < 120
         wait_until(lambda: store.pending_count(conn) == 19, 30, "the rest to stay pending")
+        # The expired run resumes (the model is told) and ends: let its messages land first.
+        wait_status(conn, expiring, Status.COMPLETED)
+        reply_containing(slack, cards[expiring], "Final answer")
+
+        # RQ's scheduler (Slack retries) died with the old Redis; the new worker's maintenance
+        # restarts it: a card refused once is retried and posted.
+        slack.fail_next("chat.postMessage", count=1, error="fatal_error")
+        retried = run_agent("scripted", prompt, tools=[tools.delete_path]).pause_id
+        wait_until(lambda: _card_posted(slack, retried), 120, "the retried card")
+        refused = [c for c in slack.calls("chat.postMessage") if c["error"] == "fatal_error"]
+        assert len(refused) == 1 and retried in str(refused[0]["args"])
+        assert len([m for m in slack.messages() if retried in str(m.blocks)]) == 1
     finally:
         for process in processes:
             process.stop()
         server.terminate()
         server.wait(10)
+
+
+def _card_posted(slack, approval_id: str):
+    return next((m for m in slack.messages() if approval_id in str(m.blocks)), None)
 
 
 def store_settings(url: str):

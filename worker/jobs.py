@@ -104,13 +104,15 @@ def post_card(approval_id: str) -> str | None:
     if not store.lock(_conn(), approval_id, "card", ttl=CARD_LOCK_SECONDS):
         raise CardBeingPosted(approval_id)
     try:
+        if store.card_posted(_conn(), approval_id):  # by the attempt that held the lock before
+            return None
         ts = slack.post_card(_client(), approval)
-    except Exception:
-        store.unlock(_conn(), approval_id, "card")  # Slack refused: let the retry post it
-        raise
-    if store.set_card(_conn(), approval_id, ts):
-        store.audit(_conn(), approval_id, "card_posted", "bot", channel=approval.channel, ts=ts)
-    return ts
+        if store.set_card(_conn(), approval_id, ts):
+            store.audit(_conn(), approval_id, "card_posted", "bot", channel=approval.channel, ts=ts)
+        return ts
+    finally:
+        # Posted: the card's ts stops any later attempt. Refused: the retry may post it.
+        store.unlock(_conn(), approval_id, "card")
 
 
 @_about_approval

@@ -8,13 +8,15 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
+import redis
 from rq import Queue, SimpleWorker, Worker
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
 import worker.jobs  # imported here, once: forked work-horses inherit it
-from approvals import store
+from approvals import deadlines, store
 from approvals.config import Settings
 from approvals.logs import configure_logging
 from approvals.plugins import load_plugins, warm_models
@@ -48,8 +50,10 @@ def run_worker(settings: Settings, *, burst: bool = False, name: str | None = No
         job_monitoring_interval=5,
     )
     configure_logging(settings)
-    if not burst:
-        _start_recovery(settings)
+    if burst:
+        deadlines.sweep(conn, settings)  # what is due now is part of the work to finish
+    else:
+        _start_background(settings)
     return bool(worker.work(burst=burst, with_scheduler=True, logging_level="INFO"))
 
 
@@ -76,22 +80,30 @@ def _warm(settings: Settings) -> None:
     gc.freeze()
 
 
-def _start_recovery(settings: Settings) -> None:
-    """Look for resumes whose worker died, every maintenance interval, in the background.
+def _start_background(settings: Settings) -> None:
+    """Every worker, in the background: sweep due deadlines into jobs, several times a second,
+    and look for resumes whose worker died, every maintenance interval. Both are atomic in
+    Redis, so workers never act twice on one deadline or one dead run."""
+    _every("approvals-deadlines", deadlines.SWEEP_INTERVAL, settings, deadlines.sweep)
+    _every("approvals-recovery", settings.maintenance_interval, settings, recover_dead_runs)
 
-    Every worker runs it; ``store.recover`` is atomic, so they never settle one run twice.
-    """
 
+def _every(
+    name: str,
+    interval: float,
+    settings: Settings,
+    task: Callable[[redis.Redis, Settings], object],
+) -> None:
     def loop() -> None:
         conn = store.connect(settings)
         while True:
             try:
-                recover_dead_runs(conn, settings)
+                task(conn, settings)
             except Exception:  # Redis restarting, say: try again next round
-                log.warning("recovery round failed", exc_info=True)
-            time.sleep(settings.maintenance_interval)
+                log.warning("%s: round failed", name, exc_info=True)
+            time.sleep(interval)
 
-    threading.Thread(target=loop, name="approvals-recovery", daemon=True).start()
+    threading.Thread(target=loop, name=name, daemon=True).start()
 
 
 def run_pool(settings: Settings, processes: int) -> None:
