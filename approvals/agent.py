@@ -23,15 +23,13 @@ from approvals import queue, store
 from approvals.config import Settings
 from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
 from approvals.gate import gate_of, released
+from approvals.limits import SIBLING_PREVIEW
 from approvals.models import Approval, Decision, DecisionKind, SiblingResult
 from approvals.plugins import SyncModel, load_plugins, resolve_model
 from approvals.secrets import secret_names
 from approvals.tools import check_allowed, describe_tool, import_tools, llm_tools, tool_refs
 
 _LLM_VERSION = importlib.metadata.version("llm")
-
-#: Sibling outputs are shown on the card in short; the history keeps them whole.
-SIBLING_PREVIEW_CHARS = 500
 
 
 @dataclass(frozen=True)
@@ -274,7 +272,7 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         system=context.system,
         summary=gate.describe(call.arguments),
         siblings=[
-            SiblingResult(r.name, r.output[:SIBLING_PREVIEW_CHARS]) for r in pause.tool_results
+            SiblingResult(r.name, r.output[: SIBLING_PREVIEW + 1]) for r in pause.tool_results
         ],
         requested_by=context.requested_by,
         chain_limit=context.chain_limit,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from approvals.limits import FIELD_TEXT, HEADER_TEXT, SECTION_TEXT, truncate
+from approvals.limits import FIELD_TEXT, HEADER_TEXT, SECTION_TEXT, SIBLING_PREVIEW, truncate
 from approvals.models import Approval, DecisionKind, OnReject, Status
 from approvals.secrets import mask
 
@@ -102,7 +102,7 @@ def build_card(approval: Approval) -> list[Block]:
     blocks.append(_section(arguments_text(approval.shown_arguments)))
     if approval.siblings:
         ran = "\n".join(
-            f"• `{s.name}` → {truncate(s.output.replace(chr(10), ' '), 200)}"
+            f"• `{s.name}` → {truncate(s.output.replace(chr(10), ' '), SIBLING_PREVIEW)}"
             for s in approval.siblings[:10]
         )
         blocks.append(_context(f"Already ran this turn:\n{ran}"))

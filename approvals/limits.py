@@ -17,6 +17,9 @@ CONFIRM_TEXT = 300
 MODAL_TITLE = 24
 PRIVATE_METADATA = 3000
 PLAIN_TEXT_INPUT = 3000
+#: Characters of each sibling tool result a card shows (a record keeps one more, so the card
+#: can tell a cut result from one that fit).
+SIBLING_PREVIEW = 200
 #: chat.postMessage truncates ``text`` beyond this.
 MESSAGE_TEXT = 40_000
 

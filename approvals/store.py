@@ -296,7 +296,11 @@ def create(conn: redis.Redis, approval: Approval, history: list[dict[str, Any]])
     pipe.multi()  # explicit, so RQ's enqueue(pipeline=...) joins this transaction
     pipe.hset(
         approval_key(approval.id),
-        mapping={"record": json.dumps(approval.record()), "status": Status.PENDING.value},
+        # Compact: it is kept for every waiting approval (bench B7).
+        mapping={
+            "record": json.dumps(approval.record(), separators=(",", ":")),
+            "status": Status.PENDING.value,
+        },
     )
     pipe.set(history_key(approval.id), json.dumps(history))
     pipe.zadd(PENDING_KEY, {approval.id: approval.created_at})

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 
-from approvals import run_agent
+from approvals import run_agent, store
+from approvals.limits import SIBLING_PREVIEW
 from approvals.models import DecisionKind, Status
 from tests.agents.scripted import calls, say, script
-from tests.agents.tools import delete_path, list_files
+from tests.agents.tools import delete_path, list_files, read_file
 from tests.e2e import (
     action_blocks,
     block_text,
@@ -65,3 +67,16 @@ def test_approve_runs_the_gated_tool_once_and_finishes_the_chain(services, slack
     updated = card_showing(slack, card.ts, "Completed")
     assert action_blocks(updated) == []
     assert "<@UALICE>" in block_text(updated)
+
+
+def test_a_sibling_result_is_kept_whole_in_the_history_and_in_short_on_the_record(env, conn):
+    """The card needs a preview of what already ran; the resume needs all of it."""
+    path = "p" * 1000
+    prompt = script(calls(("read_file", {"path": path}), ("delete_path", {"path": "x"})), say("ok"))
+    outcome = run_agent("scripted", prompt, tools=[read_file, delete_path])
+
+    approval = store.load(conn, outcome.pause_id)
+    (sibling,) = approval.siblings
+    assert sibling.output == f"contents of {path}"[: SIBLING_PREVIEW + 1]
+    history = json.dumps(store.load_history(conn, outcome.pause_id))
+    assert f"contents of {path}" in history

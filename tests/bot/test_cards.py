@@ -24,7 +24,7 @@ from approvals.cards import (
     edit_diff,
     slack_date,
 )
-from approvals.limits import FIELD_TEXT, HEADER_TEXT, MESSAGE_BLOCKS, SECTION_TEXT
+from approvals.limits import FIELD_TEXT, HEADER_TEXT, MESSAGE_BLOCKS, SECTION_TEXT, SIBLING_PREVIEW
 from approvals.models import DecisionKind, OnReject, Policy, RunResult, SiblingResult, Status
 from tests.factories import CREATED_AT, make_approval, make_decided, make_decision
 
@@ -130,6 +130,18 @@ def test_card_lists_siblings_that_already_ran():
     assert text.startswith("Already ran this turn:")
     assert '• `list_files` → ["build/app.o", "build/app"]' in text
     assert "• `read_file` → contents" in text
+
+
+def test_a_long_sibling_result_is_cut_with_a_mark_and_one_that_fits_is_not():
+    """The record keeps SIBLING_PREVIEW + 1 characters, so the card can tell a cut result."""
+    cut = "x" * (SIBLING_PREVIEW + 1)
+    whole = "y" * SIBLING_PREVIEW
+    approval = make_approval(
+        siblings=[SiblingResult("read_file", cut), SiblingResult("list_files", whole)]
+    )
+    text = _of_type(build_card(approval), "context")[0]["elements"][0]["text"]
+    assert f"• `read_file` → {'x' * (SIBLING_PREVIEW - 1)}…\n" in text
+    assert text.endswith(f"• `list_files` → {whole}")
 
 
 def test_card_without_siblings_has_no_sibling_context():
