@@ -16,8 +16,9 @@ from approvals.config import Settings
 from bot.listeners import register_listeners
 from bot.runtime import Runtime
 
-#: Enough for every click of a burst to be acknowledged at once; idle threads cost little.
-LISTENER_THREADS = 64
+#: Threads for the work after the answers (decisions, Slack calls). Answers do not wait for
+#: them, and more would only compete with the request threads for the interpreter.
+LISTENER_THREADS = 4
 
 
 def create_app(settings: Settings, conn: redis.Redis | None = None) -> App:
@@ -41,8 +42,8 @@ def create_app(settings: Settings, conn: redis.Redis | None = None) -> App:
         before_authorize=RefuseMalformed(),
         # Only custom workflow functions use it; it would let a payload swap the bot token.
         attaching_function_token_enabled=False,
-        # Bolt's default pool has 5 threads: in a burst of clicks each ack() waited behind the
-        # Redis and Slack calls of the clicks before it (bench B2).
+        # Answer from the request's thread; the work runs after (bot/listeners/lazy.py).
+        process_before_response=True,
         listener_executor=ThreadPoolExecutor(LISTENER_THREADS, thread_name_prefix="listener"),
     )
     if not socket_mode:  # after Bolt's own middleware, so only verified signatures count
