@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis
@@ -15,10 +14,6 @@ from approvals import slack, store
 from approvals.config import Settings
 from bot.listeners import register_listeners
 from bot.runtime import Runtime
-
-#: Threads for the work after the answers (decisions, Slack calls). Answers do not wait for
-#: them, and more would only compete with the request threads for the interpreter.
-LISTENER_THREADS = 4
 
 
 def create_app(settings: Settings, conn: redis.Redis | None = None) -> App:
@@ -44,7 +39,6 @@ def create_app(settings: Settings, conn: redis.Redis | None = None) -> App:
         attaching_function_token_enabled=False,
         # Answer from the request's thread; the work runs after (bot/listeners/lazy.py).
         process_before_response=True,
-        listener_executor=ThreadPoolExecutor(LISTENER_THREADS, thread_name_prefix="listener"),
     )
     if not socket_mode:  # after Bolt's own middleware, so only verified signatures count
         app.middleware(RefuseReplays(runtime.conn))

@@ -19,11 +19,6 @@ class Runtime:
     conn: redis.Redis
     client: WebClient
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Runtime:
-        # Bolt deep-copies a request's context for its lazy listeners; the clients are
-        # thread-safe and meant to be shared, so the copy is this same runtime.
-        return self
-
     def members_of(self, group_id: str) -> Collection[str]:
         """Members of a Slack user group (cached in Redis, shared by all bot replicas)."""
         return slack.group_members(self.client, self.conn, group_id)

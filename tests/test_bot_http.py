@@ -172,3 +172,24 @@ def test_bot_start_up_names_a_missing_setting(env, tmp_path):
         "Error: missing required setting SLACK_SIGNING_SECRET: the signing secret from the "
         "Slack app's Basic Information page"
     ]
+
+
+def test_a_click_is_answered_without_waiting_for_its_slack_calls(services, slack, env, conn):
+    """Slack throttles card updates (429, Retry-After 1 s): the click's 200 still comes at
+    once, and the decision and the card follow."""
+    prompt = script(calls(("delete_path", {"path": "x"})), say("done"))
+    pause_id = run_agent("scripted", prompt, tools=[delete_path]).pause_id
+    card = card_of(slack, pause_id)
+    slack.fail_next("chat.update", count=3, status=429, retry_after=1)
+
+    status, _ = click(slack, services.bot_url, "approve", pause_id, card_ts=card.ts)
+
+    # Had the answer waited for the card update, that update would have succeeded by now
+    # (slack_sdk sleeps out each Retry-After before trying again).
+    assert status == 200
+    assert not [c for c in slack.calls("chat.update") if c["status"] == 200]
+    done = wait_status(conn, pause_id, Status.COMPLETED)
+    assert done.decision.actor == "UALICE"
+    slack.wait_for(
+        lambda: [c for c in slack.calls("chat.update") if c["status"] == 200], timeout=20
+    )

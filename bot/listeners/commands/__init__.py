@@ -10,7 +10,7 @@ from slack_bolt import Ack, App, Respond
 from approvals import store
 from approvals.models import Approval
 from approvals.review import refusal
-from bot.listeners.lazy import lazily
+from bot.listeners.lazy import acknowledged
 from bot.pending import PAGE_SIZE, build_pending_list, describe_query
 from bot.runtime import Runtime, runtime_of
 
@@ -18,7 +18,7 @@ PENDING_COMMAND = "/agent-pending"
 
 
 def register(app: App) -> None:
-    app.command(PENDING_COMMAND)(**lazily(handle_agent_pending))
+    app.command(PENDING_COMMAND)(acknowledged(handle_agent_pending))
 
 
 def handle_agent_pending(

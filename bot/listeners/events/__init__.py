@@ -9,13 +9,13 @@ from slack_sdk import WebClient
 
 from approvals import store
 from bot.listeners.commands import pending_filter
-from bot.listeners.lazy import lazily
+from bot.listeners.lazy import acknowledged
 from bot.pending import HOME_PAGE_SIZE, build_home
 from bot.runtime import runtime_of
 
 
 def register(app: App) -> None:
-    app.event("app_home_opened")(**lazily(handle_app_home_opened))
+    app.event("app_home_opened")(acknowledged(handle_app_home_opened))
 
 
 def handle_app_home_opened(
