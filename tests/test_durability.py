@@ -59,6 +59,15 @@ def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
             tools=[tools.purge_cache],
         ).pause_id
         cards = {pause_id: card_of(slack, pause_id).ts for pause_id in [*ids, expiring]}
+        # A card counts as posted once its ts is in Redis (the worker writes it just after
+        # Slack answers): wait for that, then pull the plug.
+        before = store.connect(store_settings(url))
+        wait_until(
+            lambda: all(store.card_posted(before, pause_id) for pause_id in cards),
+            20,
+            "every card's ts saved",
+        )
+        before.close()
 
         # Everything dies at once; Redis comes back from its append-only file.
         server.send_signal(signal.SIGKILL)
