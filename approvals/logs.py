@@ -68,8 +68,9 @@ class ApprovalFilter(logging.Filter):
 class JsonFormatter(logging.Formatter):
     """One JSON object per record, on one line (newlines in messages and tracebacks escaped).
 
-    Keys: ``time`` (ISO-8601, UTC), ``level``, ``logger``, ``message``, then ``approval_id``
-    when one is bound and ``exception`` (the traceback) when the record carries one.
+    Keys: ``time`` (ISO-8601, UTC), ``level``, ``logger``, ``message``, ``pid`` (a forking
+    worker's work-horse has its own), then ``approval_id`` when one is bound and
+    ``exception`` (the traceback) when the record carries one.
     """
 
     def format(self, record: logging.LogRecord) -> str:
@@ -80,6 +81,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
+            "pid": record.process,
         }
         approval_id = getattr(record, "approval_id", None)
         if approval_id is not None:

@@ -7,6 +7,7 @@ import contextvars
 import io
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -68,7 +69,8 @@ def test_json_lines_carry_the_approval_id_inside_bind_approval_only(capture):
     ]
     assert "approval_id" not in lines[0] and "approval_id" not in lines[-1]
     first = lines[1]
-    assert set(first) == {"time", "level", "logger", "message", "approval_id"}
+    assert set(first) == {"time", "level", "logger", "message", "pid", "approval_id"}
+    assert first["pid"] == os.getpid()
     assert first["level"] == "INFO" and first["logger"] == "tests.logs"
     assert datetime.fromisoformat(first["time"]).utcoffset() is not None
     assert lines[2]["level"] == "WARNING"

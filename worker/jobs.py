@@ -109,6 +109,7 @@ def post_card(approval_id: str) -> str | None:
         ts = slack.post_card(_client(), approval)
         if store.set_card(_conn(), approval_id, ts):
             store.audit(_conn(), approval_id, "card_posted", "bot", channel=approval.channel, ts=ts)
+        log.info("card posted in %s (ts %s)", approval.channel, ts)
         return ts
     finally:
         # Posted: the card's ts stops any later attempt. Refused: the retry may post it.
