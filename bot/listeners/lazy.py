@@ -24,9 +24,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 #: Threads for the work after the answers. Answers never wait for them, and more would only
-#: compete with the request threads for the interpreter (bench B2: 2 threads answered a burst
-#: of 50 clicks in 198 ms at p99, 8 threads in 337 ms); a few, so that a Slack call sleeping
-#: out a rate limit does not hold up every other click.
+#: compete with the request threads for the interpreter (bench B2, with Bolt's lazy listeners:
+#: 2 threads answered a burst of 50 clicks in 198 ms at p99, 8 threads in 337 ms); a few, so
+#: that a Slack call sleeping out a rate limit does not hold up every other click.
 WORK_THREADS = 4
 
 _work = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="listener-work")
