@@ -16,10 +16,10 @@ from bench.harness import (
     SignedRequest,
     click_request,
     pending_request,
-    poll,
     send,
 )
 from bench.loop import pause
+from tests.processes import wait_until
 
 _FINISHED = {Status.COMPLETED, Status.PAUSED, Status.FAILED}
 
@@ -65,7 +65,7 @@ def run_burst(phase: Phase, rounds: int, clicks: int = 50) -> tuple[list[float],
         def finished(ids: list[str] = ids) -> bool:
             return all(store.load(phase.conn, a).status in _FINISHED for a in ids)
 
-        poll(finished, 300, "every clicked approval to finish", interval=0.05)
+        wait_until(finished, 300, "every clicked approval to finish", interval=0.05)
         phase.idle(timeout=300)
     return figure, floor
 

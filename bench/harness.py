@@ -15,7 +15,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -39,6 +39,7 @@ from tests.processes import (
     start_redis,
     start_worker,
     wait_for_workers,
+    wait_until,
 )
 from tests.slack_requests import (
     FORM,
@@ -67,20 +68,6 @@ _SCRUBBED = (
     "TOOL_LEDGER",
 )
 T = TypeVar("T")
-
-
-def poll(
-    predicate: Callable[[], T | None], timeout: float, what: str, interval: float = 0.002
-) -> T:
-    """Call ``predicate`` until it returns something truthy; ``TimeoutError`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 @dataclass(frozen=True)
@@ -285,7 +272,7 @@ class Phase:
             self.check_alive()
             return not self.busy()
 
-        poll(quiet, timeout, "the workers to be idle", interval=interval)
+        wait_until(quiet, timeout, "the workers to be idle", interval=interval)
 
     def audit_event(self, approval_id: str, event: str, timeout: float = 30) -> None:
         """Wait until the approval's audit trail records ``event``."""
@@ -293,7 +280,7 @@ class Phase:
         def recorded() -> bool:
             return any(e["event"] == event for e in store.audit_trail(self.conn, approval_id))
 
-        poll(recorded, timeout, f"approval {approval_id} to record {event}", interval=0.002)
+        wait_until(recorded, timeout, f"approval {approval_id} to record {event}", interval=0.002)
 
     def tool_log(self) -> list[dict[str, Any]]:
         path = self.env.get("BENCH_TOOL_LOG")

@@ -30,13 +30,12 @@ from bench.harness import (
     calls,
     click_request,
     get,
-    poll,
     rq_time,
     script,
     send,
 )
 from bench.peer import PING, PONG
-from tests.processes import Process
+from tests.processes import Process, wait_until
 
 
 class PauseClock:
@@ -283,7 +282,7 @@ def run_polling(phase: Phase, samples: int, interval: float, window: float) -> l
             request = click_request(approval_id, phase.standin.new_response_url())
             clicked[call_id] = time.time()
             assert send(phase.bot_url, request) == 200
-        ran = poll(
+        ran = wait_until(
             lambda: _ran(phase, set(clicked)),
             window + 4 * interval + 30,
             "the poller to run every tool",

@@ -18,15 +18,16 @@ from rq import Queue
 
 from approvals import review, store
 from approvals.models import DecisionKind, Status
-from bench.harness import USER, Phase, poll, rq_time
+from bench.harness import USER, Phase, rq_time
 from bench.loop import pause
+from tests.processes import wait_until
 
 
 def _hold(phase: Phase, workers: int) -> str:
     key = f"bench:hold:{uuid.uuid4().hex}"
     for _ in range(workers):
         phase.queue().enqueue("bench.jobs.hold", key, 120, job_timeout=180, result_ttl=0)
-    poll(lambda: int(phase.conn.get(f"{key}:held") or 0) >= workers, 60, "every worker held")
+    wait_until(lambda: int(phase.conn.get(f"{key}:held") or 0) >= workers, 60, "every worker held")
     return key
 
 

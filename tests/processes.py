@@ -23,9 +23,13 @@ T = TypeVar("T")
 
 
 def wait_until(
-    predicate: Callable[[], T | None], timeout: float = 15.0, what: str = "condition"
+    predicate: Callable[[], T | None],
+    timeout: float = 15.0,
+    what: str = "condition",
+    interval: float = 0.02,
 ) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail the test at the deadline."""
+    """Poll ``predicate`` until it returns something truthy; fail the test (or the bench
+    figure) at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -33,7 +37,7 @@ def wait_until(
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+        time.sleep(interval)
 
 
 def free_port() -> int:
