@@ -37,7 +37,6 @@ def run_worker(settings: Settings, *, burst: bool = False, name: str | None = No
     """
     settings.require("SLACK_BOT_TOKEN", "APPROVALS_TOOL_MODULES")
     load_plugins(settings)
-    _warm(settings)
     conn = store.connect(settings)
     worker_class = SimpleWorker if settings.worker_class == "SimpleWorker" else ForkingWorker
     worker = worker_class(
@@ -51,6 +50,7 @@ def run_worker(settings: Settings, *, burst: bool = False, name: str | None = No
         job_monitoring_interval=5,
     )
     configure_logging(settings)
+    _warm(settings)
     if burst:
         deadlines.sweep(conn, settings)  # what is due now is part of the work to finish
     else:
