@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
@@ -12,6 +14,7 @@ from approvals.config import Settings
 from approvals.models import DecisionKind, Status
 from approvals.review import decide
 from tests.factories import make_approval
+from tests.processes import redis_binary, start_redis, start_worker, wait_for_workers, wait_until
 
 
 def _jobs(conn, settings) -> list[tuple[str, list]]:
@@ -79,3 +82,35 @@ def test_a_pause_writes_its_deadlines_and_a_decision_removes_them(env, conn):
 
     assert decided.status is Status.APPROVED
     assert conn.zcard(store.DEADLINES_KEY) == 0
+
+
+@pytest.mark.skipif(redis_binary() is None, reason="needs a redis-server binary to restart")
+def test_a_redis_outage_is_reported_once_and_the_sweep_resumes_after_it(env, slack, tmp_path):
+    """Redis goes away for a while: the worker says so once (not twice a second), keeps
+    running, and sweeps deadlines again when Redis is back."""
+    binary = redis_binary()
+    assert binary is not None
+    folder = tmp_path / "redis"
+    folder.mkdir()
+    server, base = start_redis(binary, folder)
+    port = int(base.rsplit(":", 1)[1])
+    worker_env = {**env, "REDIS_URL": f"{base}/0"}
+    worker = start_worker(worker_env, tmp_path / "worker.log", f"outage-{time.time_ns()}")
+    try:
+        wait_for_workers(worker_env, [worker], 1)
+        server.terminate()
+        server.wait(10)
+        # The recovery round (every 5 s) failing means the sweep has failed about ten times.
+        wait_until(lambda: "approvals-recovery: round failed" in worker.output(), 30, "outage")
+        server, _ = start_redis(binary, folder, port=port)
+        wait_until(lambda: "approvals-deadlines: working again" in worker.output(), 30, "back")
+
+        assert worker.output().count("approvals-deadlines: round failed") == 1
+        conn = redis.Redis.from_url(f"{base}/0")
+        store.add_deadline(conn, queue.EXPIRE_DEADLINE, "gone", time.time() - 1)
+        wait_until(lambda: conn.zcard(store.DEADLINES_KEY) == 0, 10, "the deadline swept")
+        conn.close()
+    finally:
+        worker.stop()
+        server.terminate()
+        server.wait(10)

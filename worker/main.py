@@ -114,11 +114,18 @@ def _every(
 ) -> None:
     def loop() -> None:
         conn = store.connect(settings)
+        failing = False
         while True:
             try:
                 task(conn, settings)
             except Exception:  # Redis restarting, say: try again next round
-                log.warning("%s: round failed", name, exc_info=True)
+                if not failing:  # once per outage, not every round of it
+                    log.warning("%s: round failed; retrying", name, exc_info=True)
+                failing = True
+            else:
+                if failing:
+                    log.info("%s: working again", name)
+                failing = False
             time.sleep(interval)
 
     threading.Thread(target=loop, name=name, daemon=True).start()
