@@ -7,7 +7,6 @@ import logging
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 
 import redis
@@ -111,11 +110,15 @@ def _every(
     interval: float,
     settings: Settings,
     task: Callable[[redis.Redis, Settings], object],
-) -> None:
+    stop: threading.Event | None = None,
+) -> threading.Thread:
+    """Run ``task`` every ``interval`` seconds in a daemon thread (until ``stop`` is set)."""
+    stopped = stop or threading.Event()
+
     def loop() -> None:
         conn = store.connect(settings)
         failing = False
-        while True:
+        while not stopped.is_set():
             try:
                 task(conn, settings)
             except Exception:  # Redis restarting, say: try again next round
@@ -126,9 +129,12 @@ def _every(
                 if failing:
                     log.info("%s: working again", name)
                 failing = False
-            time.sleep(interval)
+            stopped.wait(interval)
+        conn.close()
 
-    threading.Thread(target=loop, name=name, daemon=True).start()
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 def run_pool(settings: Settings, processes: int) -> None:
