@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
 
@@ -28,6 +30,8 @@ from tests.slack_requests import (
     view_submission_payload,
 )
 from tests.slack_standin import Message, SlackStandIn
+
+T = TypeVar("T")
 
 ACTIONS = {
     "approve": APPROVE_ACTION,
@@ -185,6 +189,27 @@ def tool_results_seen(call: dict[str, Any]) -> list[tuple[str, str]]:
 
 def action_blocks(message: Message) -> list[dict[str, Any]]:
     return [b for b in message.blocks if b.get("type") == "actions"]
+
+
+def approve_values(blocks: list[dict[str, Any]]) -> list[str]:
+    """The approval ids behind the Approve buttons of these blocks, in order."""
+    return [
+        element["value"]
+        for block in blocks
+        if block.get("type") == "actions"
+        for element in block.get("elements", [])
+        if element.get("action_id") == APPROVE_ACTION
+    ]
+
+
+def settled(snapshot: Callable[[], T], interval: float = 0.4) -> T:
+    """``snapshot()`` once two readings ``interval`` apart agree (work after an answer is
+    asynchronous, so "nothing changed" can only be read once nothing changes any more)."""
+    previous = None
+    while (current := snapshot()) != previous:
+        previous = current
+        time.sleep(interval)
+    return current
 
 
 def block_text(message: Message) -> str:

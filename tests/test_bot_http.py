@@ -12,7 +12,7 @@ from approvals.models import Status
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.conftest import SIGNING_SECRET, approvals_command
-from tests.e2e import card_of, click, pending_command, wait_status
+from tests.e2e import approve_values, card_of, click, pending_command, wait_status
 from tests.slack_requests import (
     FORM,
     block_actions_payload,
@@ -91,13 +91,7 @@ def test_agent_pending_lists_waiting_approvals_newest_first_to_the_caller_only(
     status, _, _ = pending_command(slack, services.bot_url)
     answer = slack.wait_for(lambda: slack.responses())[0]
     assert answer["response_type"] == "ephemeral"
-    listed = [
-        e["value"]
-        for b in answer["blocks"]
-        if b["type"] == "actions"
-        for e in b["elements"]
-        if e["action_id"] == "approval_approve"
-    ]
+    listed = approve_values(answer["blocks"])
     assert listed == list(reversed(ids))
     assert "Showing 1 to 3" in json.dumps(answer["blocks"])
 

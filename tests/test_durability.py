@@ -11,7 +11,14 @@ from approvals import run_agent, store
 from approvals.models import DecisionKind, Status
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
-from tests.e2e import card_of, click, pending_command, reply_containing, wait_status
+from tests.e2e import (
+    approve_values,
+    card_of,
+    click,
+    pending_command,
+    reply_containing,
+    wait_status,
+)
 from tests.processes import (
     bot_url,
     redis_binary,
@@ -89,13 +96,7 @@ def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
         wait_for_workers(env, workers, 1)
         pending_command(slack, bot_address, user="UALICE")
         listed = slack.wait_for(lambda: slack.responses())[-1]
-        shown = [
-            e["value"]
-            for b in listed["blocks"]
-            if b["type"] == "actions"
-            for e in b["elements"]
-            if e["action_id"] == "approval_approve"
-        ]
+        shown = approve_values(listed["blocks"])
         assert shown == list(reversed([*ids, expiring]))[:15]  # all there, newest first
 
         click(slack, bot_address, "approve", ids[0], card_ts=cards[ids[0]])

@@ -36,7 +36,7 @@ from bot.server import MAX_BODY_BYTES
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, move_file
 from tests.conftest import SIGNING_SECRET
-from tests.e2e import card_of, click, select, submit_edit, tool_runs, wait_status
+from tests.e2e import card_of, click, select, settled, submit_edit, tool_runs, wait_status
 from tests.factories import make_decided
 from tests.slack_requests import (
     FORM,
@@ -129,15 +129,6 @@ def _state(conn) -> tuple[dict[bytes, bytes], list[bytes]]:
     return {k: conn.dump(k) for k in keys}, sorted(conn.keys(RQ_JOBS))
 
 
-def _settled(conn):
-    """The state once nothing changes it any more (replies run after the ack)."""
-    previous = None
-    while (current := _state(conn)) != previous:
-        previous = current
-        time.sleep(0.4)
-    return current
-
-
 def _post_bytes(url: str, body: bytes, content_type: str = FORM) -> int:
     """POST raw bytes signed as Slack signs them (for bodies that are not UTF-8)."""
     ts = str(int(time.time()))
@@ -198,7 +189,7 @@ def _crashes(log: str) -> list[str]:
 
 
 def _assert_unharmed(services, conn, before) -> None:
-    assert _settled(conn) == before
+    assert settled(lambda: _state(conn)) == before
     assert _crashes(services.bot.output()) == []
 
 
@@ -247,7 +238,7 @@ def test_signed_garbage_is_answered_below_500_and_changes_nothing(services, slac
     card = card_of(slack, edit_id)
     card_of(slack, reject_id)
     url = services.bot_url
-    before = _settled(conn)
+    before = settled(lambda: _state(conn))
 
     for kind, payload in KNOWN_CRASHERS:
         assert _post(url, payload, kind) < 500, payload
@@ -379,7 +370,7 @@ def test_edited_arguments_with_unicode_edge_cases_or_megabytes_are_answered_inli
     pause_id = _pause("delete_path", {"path": "build"})
     card_of(slack, pause_id)
     url = services.bot_url
-    before = _settled(conn)
+    before = settled(lambda: _state(conn))
 
     def edit(path: str) -> tuple[int, dict[str, str]]:
         """Submit ``path`` with a ``recursive`` that is never valid: nothing can be decided."""

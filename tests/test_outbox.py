@@ -10,19 +10,12 @@ from approvals.models import Status
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.conftest import CHANNEL
-from tests.e2e import at_once
+from tests.e2e import approve_values, at_once
 from tests.processes import start_worker, wait_for_workers, wait_until
 
 
 def _card_ids(slack) -> list[str]:
-    return [
-        element["value"]
-        for message in slack.messages(CHANNEL)
-        for block in message.blocks
-        if block.get("type") == "actions"
-        for element in block.get("elements", [])
-        if element.get("action_id") == "approval_approve"
-    ]
+    return [i for message in slack.messages(CHANNEL) for i in approve_values(message.blocks)]
 
 
 def test_two_hundred_pauses_through_429s_and_500s_each_get_exactly_one_card(

@@ -13,6 +13,7 @@ from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.e2e import (
     action_blocks,
+    approve_values,
     block_text,
     card_of,
     card_showing,
@@ -182,13 +183,7 @@ def test_agent_pending_lists_only_what_the_caller_may_decide_and_pages(services,
     mine = _pause("delete_path", {"path": "mine"}, requested_by="UBOSS", agent="bot-0")
 
     def listed(answer):
-        return [
-            e["value"]
-            for b in answer["blocks"]
-            if b["type"] == "actions"
-            for e in b["elements"]
-            if e["action_id"] == "approval_approve"
-        ]
+        return approve_values(answer["blocks"])
 
     pending_command(slack, services.bot_url, user="UBOSS")
     first = slack.wait_for(lambda: slack.responses())[-1]

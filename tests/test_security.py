@@ -18,6 +18,7 @@ from tests.conftest import SIGNING_SECRET
 from tests.e2e import (
     card_of,
     click,
+    settled,
     submit_edit,
     submit_reject,
     submit_respond,
@@ -38,15 +39,6 @@ def _pause(tool: str, arguments: dict[str, str]) -> str:
 def _snapshot(conn):
     """Every approvals key, DUMPed (the seen signatures included)."""
     return {key: conn.dump(key) for key in sorted(conn.keys("approvals:*"))}
-
-
-def _settled(conn):
-    """The snapshot once the worker has stopped changing it (resume and publish are async)."""
-    previous = None
-    while (current := _snapshot(conn)) != previous:
-        previous = current
-        time.sleep(0.4)
-    return current
 
 
 def _seen(conn):
@@ -87,7 +79,7 @@ def test_forged_stale_and_replayed_requests_get_401_on_every_replica_and_change_
         assert post_signed(services.bot_url, "x", body, FORM, headers=headers)[0] == 200
         wait_status(conn, pause_id, Status.COMPLETED)
         assert REPLAY_WINDOW - 10 <= conn.ttl(store.seen_key(signature)) <= REPLAY_WINDOW
-        decided = _settled(conn)
+        decided = settled(lambda: _snapshot(conn))
         answered, trail = len(slack.responses()), store.audit_trail(conn, pause_id)
 
         for url in (services.bot_url, replica_url):
