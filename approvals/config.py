@@ -69,15 +69,16 @@ class Settings:
     queue: str = "approvals"
     #: Modules registered with llm's plugin manager in every process (models not pip-installed).
     llm_plugins: tuple[str, ...] = ()
-    #: "Worker" forks a work-horse per job (isolation); "SimpleWorker" runs jobs in-process (speed).
+    #: "Worker" forks a work-horse per resume (isolation); "SimpleWorker" runs every job
+    #: in-process (speed).
     worker_class: str = "Worker"
     job_timeout: int = 600
-    #: RQ's defaults take minutes to notice a dead worker or to restart a dead scheduler;
-    #: these bring both under a minute (see README, "Running in production").
     #: Modules the worker may import tools from (and their submodules); anything else is refused.
     tool_modules: tuple[str, ...] = ()
     #: Argument names whose values are masked in Slack (matched by name parts).
     secret_names: tuple[str, ...] = DEFAULT_SECRET_NAMES
+    #: RQ's defaults take minutes to notice a dead worker or to restart a dead scheduler;
+    #: these bring both under a minute (see README, "Running in production").
     worker_ttl: int = 30
     maintenance_interval: int = 5
     #: "text" for people reading a terminal; "json" (one object per line) for log collectors.

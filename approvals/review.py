@@ -210,7 +210,7 @@ def expire(conn: redis.Redis, settings: Settings, approval_id: str) -> Approval 
     if early > 2:
         return None  # not due (a stale or misplaced job): never expire early
     if early > 0:
-        time.sleep(early)  # a scheduler tick ahead of the deadline
+        time.sleep(early)  # the sweeping worker's clock runs a little ahead of this one's
     decision = Decision(kind=DecisionKind.EXPIRE, actor=SYSTEM_ACTOR, at=time.time())
     fields = {"decision": json.dumps(decision_to_dict(decision)), "decided_by": SYSTEM_ACTOR}
     if not store.transition(conn, approval_id, Status.EXPIRED, fields, sources=[Status.PENDING]).ok:

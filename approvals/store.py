@@ -304,7 +304,7 @@ def create(conn: redis.Redis, approval: Approval, history: list[dict[str, Any]])
     )
     pipe.set(history_key(approval.id), json.dumps(history))
     pipe.zadd(PENDING_KEY, {approval.id: approval.created_at})
-    _audit(pipe, approval.id, "paused", approval.agent, tool=approval.tool_name)
+    audit(pipe, approval.id, "paused", approval.agent, tool=approval.tool_name)
     return pipe
 
 
@@ -519,12 +519,8 @@ def deadline_counts(conn: redis.Redis, now: float, late_by: float) -> tuple[int,
     return total - late, late
 
 
-def audit(conn: redis.Redis, approval_id: str, event: str, actor: str, **details: Any) -> None:
-    """Append one event to the approval's audit trail."""
-    _audit(conn, approval_id, event, actor, **details)
-
-
-def _audit(target: Any, approval_id: str, event: str, actor: str, **details: Any) -> None:
+def audit(target: Any, approval_id: str, event: str, actor: str, **details: Any) -> None:
+    """Append one event to the approval's audit trail (``target``: a client or a pipeline)."""
     # A list of JSON lines, not a Stream: a stream allocates a 4 KB node even for the two
     # events of a waiting approval, which doubled the memory of one with a 10 KB history.
     entry = {"event": event, "actor": actor, "at": repr(time.time())}
