@@ -32,6 +32,13 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
 
 
+def _at_least_one(env: Mapping[str, str], name: str, default: int) -> int:
+    value = _int(env, name, default)
+    if value < 1:
+        raise ConfigError(f"{name} must be at least 1, got {value}")
+    return value
+
+
 def _number(
     env: Mapping[str, str], name: str, default: float, low: float, high: float | None = None
 ) -> float:
@@ -73,6 +80,9 @@ class Settings:
     #: in-process (speed).
     worker_class: str = "Worker"
     job_timeout: int = 600
+    #: With SimpleWorker, one resume job runs up to this many decided approvals: its own and
+    #: those queued right behind it, sparing each RQ's per-job bookkeeping (1: one per job).
+    resume_batch: int = 20
     #: Modules the worker may import tools from (and their submodules); anything else is refused.
     tool_modules: tuple[str, ...] = ()
     #: Argument names whose values are masked in Slack (matched by name parts).
@@ -112,6 +122,7 @@ class Settings:
             llm_plugins=_csv(env.get("APPROVALS_LLM_PLUGINS")),
             worker_class=worker_class,
             job_timeout=_int(env, "APPROVALS_JOB_TIMEOUT", 600),
+            resume_batch=_at_least_one(env, "APPROVALS_RESUME_BATCH", 20),
             tool_modules=_csv(env.get("APPROVALS_TOOL_MODULES")),
             secret_names=_csv(env.get("APPROVALS_SECRET_NAMES")) or DEFAULT_SECRET_NAMES,
             worker_ttl=_int(env, "APPROVALS_WORKER_TTL", 30),

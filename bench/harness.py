@@ -101,6 +101,11 @@ class TimedStandIn(SlackStandIn):
         with self._arrived:
             return len(self._arrivals)
 
+    def since(self, mark: int) -> list[Arrival]:
+        """Every request that arrived after ``mark``."""
+        with self._arrived:
+            return self._arrivals[mark:]
+
     def arrival(
         self, path_part: str, needle: bytes = b"", since: int = 0, timeout: float = 20
     ) -> float:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+from collections.abc import Callable
 
 import pytest
+import redis
 
 import worker.jobs
 from approvals import plugins, queue, run_agent
@@ -89,3 +93,114 @@ def _json_lines(text: str) -> list[dict]:
         except ValueError:
             continue  # not every line a process prints is a log record
     return lines
+
+
+def _horses(pid: int) -> set[int]:
+    """The live work-horses of worker ``pid``: children in a process group of their own, as
+    RQ puts a horse (RQ's scheduler is a child too, in the worker's group)."""
+    return {child for child in _children(pid) if _group(child) == child}
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def _children(pid: int) -> set[int]:
+    """The live child processes of ``pid`` (zombies, already dead, are left out)."""
+    found = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
+            found |= {int(child) for child in f.read().split()}
+    return {child for child in found if _state(child) not in ("Z", "X", None)}
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def _approve_and_run(
+    slack,
+    url: str,
+    env: dict[str, str],
+    worker: str,
+    path: str,
+    before_click: Callable[[set[int]], object] = lambda waiting: None,
+) -> tuple[dict, set[int]]:
+    """Pause, approve once the worker is idle; returns the tool's run and the work-horses
+    that were waiting at the click (``before_click`` is given them first)."""
+    prompt = script(calls(("delete_path", {"path": path})), say("done"))
+    pause_id = run_agent("scripted", prompt, tools=[delete_path]).pause_id
+    card = card_of(slack, pause_id)
+    conn = redis.Redis.from_url(env["REDIS_URL"])
+    try:
+        wait_until(lambda: conn.hget(f"rq:worker:{worker}", "state") == b"idle", 20, "idle")
+    finally:
+        conn.close()
+    waiting = _horses(_worker_pid(env, worker))
+    before_click(waiting)
+    click(slack, url, "approve", pause_id, card_ts=card.ts)
+    runs = wait_until(
+        lambda: [r for r in tool_runs(env, "delete_path") if r["arguments"]["path"] == path],
+        20,
+        "the tool to run",
+    )
+    reply_containing(slack, card.ts, "done")
+    return runs[0], waiting
+
+
+def _worker_pid(env: dict[str, str], worker: str) -> int:
+    conn = redis.Redis.from_url(env["REDIS_URL"])
+    try:
+        return int(conn.hget(f"rq:worker:{worker}", "pid") or 0)
+    finally:
+        conn.close()
+
+
+def test_a_resume_runs_in_a_spare_horse_forked_before_the_click(slack, env, tmp_path):
+    worker_process = start_worker(env, tmp_path / "worker.log", "spare")
+    bot = start_bot(env, tmp_path / "bot.log")
+    try:
+        wait_for_workers(env, [worker_process], 1)
+        url = bot_url(bot)
+
+        first, waiting = _approve_and_run(slack, url, env, "spare", "/tmp/spare-1")
+        assert {first["pid"]} == waiting  # the spare was there before the click
+        second, waiting_next = _approve_and_run(slack, url, env, "spare", "/tmp/spare-2")
+        assert {second["pid"]} == waiting_next
+        assert first["pid"] != second["pid"]  # each resume has a horse of its own
+
+        spares = wait_until(lambda: _horses(worker_process.popen.pid), 20, "another spare")
+        worker_process.stop()
+        assert all(_state(child) is None for child in spares)  # gone with its worker
+    finally:
+        bot.stop()
+        worker_process.stop()
+
+
+def test_a_resume_still_runs_when_the_spare_horse_died(slack, env, tmp_path):
+    worker_process = start_worker(env, tmp_path / "worker.log", "dead-spare")
+    bot = start_bot(env, tmp_path / "bot.log")
+    try:
+        wait_for_workers(env, [worker_process], 1)
+        pid = worker_process.popen.pid
+
+        def kill(waiting: set[int]) -> None:
+            assert len(waiting) == 1
+            for spare in waiting:
+                os.kill(spare, signal.SIGKILL)
+
+        url = bot_url(bot)
+        ran, killed = _approve_and_run(slack, url, env, "dead-spare", "/tmp/no-spare", kill)
+
+        assert ran["pid"] not in (*killed, pid)  # a work-horse forked for it
+        assert len(tool_runs(env, "delete_path")) == 1
+    finally:
+        bot.stop()
+        worker_process.stop()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import redis
 from rq import Queue, SimpleWorker, Worker
@@ -24,6 +26,7 @@ from approvals.queue import ANNOUNCE, EXPIRE, INTERRUPTED, POST_CARD, PUBLISH, W
 from approvals.recovery import recover_dead_runs
 from approvals.supervisor import ChildSpec, Supervisor
 from approvals.tools import import_modules
+from worker.spare import Spare, fork_spare
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +71,51 @@ class ForkingWorker(Worker):
     instead of paying for a fork each (bench B4: 23 ms to a posted card, against 7 ms).
     """
 
+    _spare: Spare | None = None
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        super().bootstrap(*args, **kwargs)
+        self._keep_spare()
+
     def execute_job(self, job: Job, queue: Queue) -> None:
+        execution = self.prepare_execution(job)
         if job.func_name in IN_PROCESS_JOBS:
-            execution = self.prepare_execution(job)
             self.perform_job(job, queue, execution)
-            self.set_state(WorkerStatus.IDLE)
-            return
-        worker.jobs.ready(job.func_name or "", job.args)
-        super().execute_job(job, queue)
+        else:
+            self.fork_work_horse(job, queue)
+            # While the horse runs: load what this resume needs (its tools, their schemas,
+            # its model) here too, so the next spare horse inherits it.
+            worker.jobs.ready(job.func_name or "", job.args)
+            self.monitor_work_horse(job, queue, execution)
+        self._keep_spare()
+        self.set_state(WorkerStatus.IDLE)
+
+    def fork_work_horse(self, job: Job, queue: Queue) -> None:
+        """Hand the job to the spare horse when it is current; fork one otherwise."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            current = spare.inherited == worker.jobs.inherited()
+            if current and self.execution is not None and spare.hand(job, queue, self.execution):
+                os.environ["RQ_WORKER_ID"] = self.name
+                os.environ["RQ_JOB_ID"] = job.id
+                self._horse_pid = spare.pid
+                return
+            spare.discard()
+        super().fork_work_horse(job, queue)
+
+    def _keep_spare(self) -> None:
+        """Have a current spare horse waiting for the next resume (see ``worker.spare``)."""
+        if self._spare is not None and self._spare.inherited != worker.jobs.inherited():
+            self._spare.discard()
+            self._spare = None
+        if self._spare is None:
+            self._spare = fork_spare(self, worker.jobs.inherited())
+
+    def teardown(self) -> None:
+        if self._spare is not None:
+            self._spare.discard()
+            self._spare = None
+        super().teardown()  # type: ignore[no-untyped-call]
 
 
 #: The jobs ``ForkingWorker`` runs without a work-horse: none of them runs agent code.

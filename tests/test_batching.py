@@ -1,0 +1,152 @@
+"""A resume job goes on with the resumes queued right behind it (``SimpleWorker`` only).
+
+Approvals are decided while no worker runs, so their jobs wait in the queue; then one
+``approvals worker --burst`` drains it. What a user sees is the same as one job per approval:
+every tool runs once, every card shows its result. What changes is how many RQ jobs ran.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import redis
+
+from approvals import queue, run_agent
+from approvals.config import Settings
+from approvals.models import DecisionKind, Status
+from approvals.review import decide
+from approvals.store import load
+from tests.agents import tools
+from tests.agents.scripted import calls, say, script
+from tests.e2e import CHANNEL, block_text, card_showing, tool_runs
+from tests.processes import ROOT, approvals_command
+
+COMPLETED = ":checkered_flag: Completed"
+
+
+def _pause(target: str) -> str:
+    prompt = script(calls(("delete_path", {"path": target})), say(f"done with {target}"))
+    outcome = run_agent("scripted", prompt, tools=[tools.delete_path])
+    assert outcome.pause_id
+    return outcome.pause_id
+
+
+def _approve(conn: redis.Redis, approval_id: str) -> None:
+    decide(conn, Settings.from_env(), approval_id, DecisionKind.APPROVE, "UALICE")
+
+
+def _drain(env: dict[str, str], **extra: str) -> str:
+    """Run one burst worker until the queue is empty; returns its output."""
+    done = subprocess.run(
+        approvals_command("worker", "--burst"),
+        env={**env, **extra},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout + done.stderr
+
+
+def _resume_jobs_kept(conn: redis.Redis, ids: list[str]) -> list[str]:
+    """The approvals whose own resume job ran (RQ keeps a finished job's hash)."""
+    return [a for a in ids if conn.exists(f"rq:job:resume-{a}")]
+
+
+def _each_shows_its_result(slack, conn: redis.Redis, ids: list[str]) -> None:
+    for approval_id in ids:
+        approval = load(conn, approval_id)
+        assert approval.status is Status.COMPLETED
+        assert approval.card_ts is not None
+        card_showing(slack, approval.card_ts, COMPLETED)
+        thread = slack.thread(CHANNEL, approval.card_ts)
+        replies = [m for m in thread if "done with" in block_text(m)]
+        assert len(replies) == 1, approval_id
+
+
+def test_one_simple_worker_job_resumes_the_approvals_queued_behind_it(slack, env, conn):
+    ids = [_pause(f"/tmp/batch-{i}") for i in range(5)]
+    for approval_id in ids:
+        _approve(conn, approval_id)
+
+    output = _drain(env, APPROVALS_WORKER_CLASS="SimpleWorker")
+
+    # One job ran the five resumes; the other four jobs were taken out of the queue.
+    assert _resume_jobs_kept(conn, ids) == ids[:1]
+    assert output.count(": worker.jobs.resume_approval(") == 1  # RQ logs each job it starts
+    runs = tool_runs(env, "delete_path")
+    assert sorted(r["arguments"]["path"] for r in runs) == [f"/tmp/batch-{i}" for i in range(5)]
+    _each_shows_its_result(slack, conn, ids)
+    assert conn.llen(queue.get_queue(conn, Settings.from_env()).key) == 0
+
+
+def test_a_resume_job_takes_nothing_out_of_turn(slack, env, conn):
+    """A card queued between two resumes is posted before the second resume runs."""
+    first, second = _pause("/tmp/turn-1"), _pause("/tmp/turn-2")
+    _approve(conn, first)
+    between = _pause("/tmp/turn-between")  # its card job is queued after first's resume
+    _approve(conn, second)
+
+    _drain(env, APPROVALS_WORKER_CLASS="SimpleWorker")
+
+    assert _resume_jobs_kept(conn, [first, second]) == [first, second]
+    between_card = load(conn, between).card_ts
+    second_card = load(conn, second).card_ts
+    assert between_card is not None and second_card is not None
+    (result,) = [m for m in slack.thread(CHANNEL, second_card) if "done with" in block_text(m)]
+    assert float(between_card) < float(result.ts)
+    assert len(tool_runs(env, "delete_path")) == 2
+
+
+def test_a_batch_of_one_gives_every_resume_its_own_job(slack, env, conn):
+    ids = [_pause(f"/tmp/single-{i}") for i in range(3)]
+    for approval_id in ids:
+        _approve(conn, approval_id)
+
+    _drain(env, APPROVALS_WORKER_CLASS="SimpleWorker", APPROVALS_RESUME_BATCH="1")
+
+    assert _resume_jobs_kept(conn, ids) == ids
+    assert len(tool_runs(env, "delete_path")) == 3
+
+
+def test_the_forking_worker_gives_every_resume_its_own_work_horse(slack, env, conn):
+    ids = [_pause(f"/tmp/fork-{i}") for i in range(3)]
+    for approval_id in ids:
+        _approve(conn, approval_id)
+
+    _drain(env)  # the default worker class
+
+    assert _resume_jobs_kept(conn, ids) == ids
+    pids = [r["pid"] for r in tool_runs(env, "delete_path")]
+    assert len(pids) == len(set(pids)) == 3
+
+
+def test_only_a_resume_at_the_head_of_the_queue_is_next(env, conn):
+    settings = Settings.from_env()
+    key = queue.get_queue(conn, settings).key
+    assert queue.next_resume(conn, settings) is None  # empty queue
+    conn.rpush(key, "card-abc", "resume-def")
+    assert queue.next_resume(conn, settings) is None  # a card job comes first
+    conn.delete(key)
+    conn.rpush(key, "resume-0123456789abcdef-1700000000000000000")
+    assert queue.next_resume(conn, settings) == (
+        "resume-0123456789abcdef-1700000000000000000",
+        "0123456789abcdef",
+    )
+
+
+@pytest.mark.parametrize("queued", [True, False])
+def test_a_job_is_dropped_only_while_it_waits_in_the_queue(env, conn, queued):
+    """One that a worker already took (it is no longer in the queue) stays that worker's."""
+    settings = Settings.from_env()
+    key = queue.get_queue(conn, settings).key
+    conn.hset("rq:job:resume-feed", "status", "queued")
+    if queued:
+        conn.rpush(key, "resume-feed")
+
+    assert queue.drop_queued(conn, settings, "resume-feed") is queued
+
+    assert conn.llen(key) == 0
+    assert bool(conn.exists("rq:job:resume-feed")) is not queued
