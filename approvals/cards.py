@@ -303,23 +303,24 @@ def _chunks(text: str, size: int = SECTION_TEXT - 100) -> list[str]:
 
 
 def build_result_messages(approval: Approval) -> list[list[Block]]:
-    """The thread replies for a finished run: what the tool returned, then the outcome."""
+    """The thread replies for a finished run: one, unless a long answer needs more; it shows
+    what the tool returned, then the outcome (one reply is one Slack call fewer per run)."""
     result = approval.result
     if result is None:
         return []
-    messages: list[list[Block]] = []
-    if result.executed_arguments is not None and result.tool_output is not None:
-        output = truncate(result.tool_output, SECTION_TEXT - 200)
-        messages.append([_section(f"`{approval.tool_name}` ran and returned:\n```\n{output}\n```")])
+    messages: list[list[Block]]
     if result.status is Status.FAILED:
-        messages.append([_section(f":x: The run failed: {result.error}")])
+        messages = [[_section(f":x: The run failed: {result.error}")]]
     elif result.status is Status.PAUSED:
-        messages.append(
+        messages = [
             [_section(":double_vertical_bar: The agent paused again; the next approval is below.")]
-        )
+        ]
     else:
         chunks = _chunks(result.text or "(no text)")
-        answer = [[_section(c) for c in chunks[i : i + 40]] for i in range(0, len(chunks), 40)]
-        answer[0].insert(0, _context(":checkered_flag: Final answer"))
-        messages.extend(answer)
+        messages = [[_section(c) for c in chunks[i : i + 40]] for i in range(0, len(chunks), 40)]
+        messages[0].insert(0, _context(":checkered_flag: Final answer"))
+    if result.executed_arguments is not None and result.tool_output is not None:
+        output = truncate(result.tool_output, SECTION_TEXT - 200)
+        ran = _section(f"`{approval.tool_name}` ran and returned:\n```\n{output}\n```")
+        messages[0].insert(0, ran)  # at most 42 blocks: within Slack's 50
     return messages

@@ -109,7 +109,7 @@ def drop_queued(conn: redis.Redis, settings: Settings, job_id: str) -> bool:
     """Take a job that no worker has started out of the queue, and delete it; False if a
     worker dequeued it first (it then finds its approval taken and skips it)."""
     keys = [get_queue(conn, settings).key, Job.key_for(job_id)]
-    return bool(conn.register_script(_DROP_QUEUED_LUA)(keys=keys, args=[job_id]))
+    return bool(store.eval_script(conn, _DROP_QUEUED_LUA, keys, [job_id]))
 
 
 def enqueue_publish(conn: redis.Redis, settings: Settings, approval_id: str) -> None:

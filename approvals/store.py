@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
+from redis.commands.core import Script
 from redis.driver_info import DriverInfo
 
 from approvals.config import Settings
@@ -86,6 +87,20 @@ def connect(settings: Settings) -> redis.Redis:
     return redis.Redis.from_url(
         settings.redis_url, health_check_interval=30, driver_info=_DRIVER_INFO
     )
+
+
+_scripts: dict[str, Script] = {}
+
+
+def eval_script(conn: redis.Redis, lua: str, keys: list[str], args: list[Any]) -> Any:
+    """Run a Lua script by its SHA1 (loading it when Redis does not know it yet).
+
+    One ``Script`` per text for the whole process: built per call, each hashed its text again.
+    """
+    script = _scripts.get(lua)
+    if script is None:
+        script = _scripts.setdefault(lua, conn.register_script(lua))
+    return script(keys=keys, args=args, client=conn)
 
 
 # Given once: left to redis-py, every client re-reads the package metadata (~1 ms each).
@@ -205,8 +220,8 @@ def transition(
     args: list[str] = [approval_id, repr(time.time()), target.value, allowed]
     for name, value in (fields or {}).items():
         args += [name, value]
-    script = conn.register_script(_TRANSITION_LUA)
-    ok, previous, decided_by = cast(list[Any], script(keys=_keys(approval_id), args=args))
+    found = eval_script(conn, _TRANSITION_LUA, _keys(approval_id), args)
+    ok, previous, decided_by = cast(list[Any], found)
     return TransitionResult(bool(ok), _text(previous), _text(decided_by) or None)
 
 
@@ -216,8 +231,8 @@ def vote(
     """Count ``actor``'s approval; decide (``target``, ``decision`` JSON) once ``required``."""
     assert Status.PENDING in sources_of(target)
     args = [approval_id, repr(time.time()), target.value, actor, str(required), decision]
-    script = conn.register_script(_VOTE_LUA)
-    code, detail, decided_by = cast(list[Any], script(keys=_keys(approval_id), args=args))
+    found = eval_script(conn, _VOTE_LUA, _keys(approval_id), args)
+    code, detail, decided_by = cast(list[Any], found)
     if code == 1:
         return VoteResult("decided", count=required)
     if code in (2, 3):
@@ -281,9 +296,8 @@ def recover(conn: redis.Redis, approval_id: str) -> str:
     started: the approval is back to its decided status and can simply be resumed again).
     """
     assert Status.INTERRUPTED in TRANSITIONS[Status.RUNNING]
-    script = conn.register_script(_RECOVER_LUA)
     keys = [approval_key(approval_id), RUNNING_KEY, lease_key(approval_id)]
-    return _text(script(keys=keys, args=[approval_id]))
+    return _text(eval_script(conn, _RECOVER_LUA, keys, [approval_id]))
 
 
 def create(conn: redis.Redis, approval: Approval, history: list[dict[str, Any]]) -> Any:
@@ -495,9 +509,9 @@ def take_due_deadlines(
     """The (kind, approval id) pairs due by ``now``, held back ``hold_for`` seconds so that no
     other worker takes them meanwhile; one not dropped by then (its taker died) is due again.
     """
-    script = conn.register_script(_TAKE_DUE_LUA)
     members = cast(
-        list[bytes], script(keys=[DEADLINES_KEY], args=[repr(now), repr(now + hold_for), limit])
+        list[bytes],
+        eval_script(conn, _TAKE_DUE_LUA, [DEADLINES_KEY], [repr(now), repr(now + hold_for), limit]),
     )
     taken = []
     for member in members:

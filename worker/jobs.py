@@ -11,7 +11,6 @@ import functools
 import json
 import logging
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +28,7 @@ from approvals.models import DECIDED, Approval, RunResult, Status, result_to_dic
 from approvals.plugins import loaded_models, resolve_model
 from approvals.recovery import LEASE_SECONDS
 from approvals.tools import describe_tool, import_tools
+from worker.later import Call, Later
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,11 @@ def _about_approval(job: F) -> F:
 
 #: A run shorter than this goes straight to its result, without a "running" redraw between.
 RUNNING_AFTER = 1.0
+
+#: One thread renews the leases of every resume running in this process, another draws the
+#: "running" cards: a thread of their own per resume cost more than the rest of a quick one.
+_LEASES = Later("lease-renewal")
+_NOTICES = Later("running-notice")
 
 #: Threads that show a batch's results in Slack while its next approvals run.
 PUBLISHERS = 4
@@ -175,8 +180,8 @@ def resume_approval(approval_id: str) -> str:
     # the job ends once every one of them is.
     with ThreadPoolExecutor(PUBLISHERS, thread_name_prefix="publish") as publishers:
 
-        def publish(done_id: str) -> None:
-            publishers.submit(_publish_now, done_id)
+        def publish(done: Approval) -> None:
+            publishers.submit(_publish_now, done)
 
         outcome = _resume_once(conn, settings, approval_id, publish)
         _resume_next_in_queue(conn, settings, started, publish)
@@ -187,7 +192,7 @@ def _resume_once(
     conn: redis.Redis,
     settings: Settings,
     approval_id: str,
-    publish: Callable[[str], None],
+    publish: Callable[[Approval], None],
     on_taken: Callable[[], object] | None = None,
 ) -> str:
     # The lease comes first: a running approval without one is taken for dead by recovery.
@@ -203,7 +208,7 @@ def _resume_once(
 
 
 def _resume_next_in_queue(
-    conn: redis.Redis, settings: Settings, started: float, publish: Callable[[str], None]
+    conn: redis.Redis, settings: Settings, started: float, publish: Callable[[Approval], None]
 ) -> None:
     """Resume the approvals whose jobs are next in the queue, as their own jobs would.
 
@@ -236,25 +241,28 @@ def _resume_next_in_queue(
 
 
 def _resume(
-    conn: redis.Redis, settings: Settings, approval_id: str, publish: Callable[[str], None]
+    conn: redis.Redis, settings: Settings, approval_id: str, publish: Callable[[Approval], None]
 ) -> str:
     approval = store.load(conn, approval_id)
     store.audit(conn, approval_id, "resume_started", "worker")
     # The card says "running" when the run takes a while; the update must not delay the
     # tool, so its clock starts once the tool has (or now, when the tool is not to run).
-    shown = threading.Timer(RUNNING_AFTER, _show_running, args=(approval,))
-    shown.daemon = True
+    shown: list[Call] = []
+
+    def show_soon() -> None:
+        shown.append(_NOTICES.after(RUNNING_AFTER, _show_running, approval))
+
     decision = approval.decision
     if decision is None or not decision.kind.runs_tool:
-        shown.start()
-    result = _run(conn, settings, approval, on_tool_start=shown.start)
+        show_soon()
+    result = _run(conn, settings, approval, on_tool_start=show_soon)
     if result.status is Status.INTERRUPTED:
         store.transition(conn, approval_id, Status.INTERRUPTED, sources=[Status.RUNNING])
         store.audit(conn, approval_id, "interrupted", "worker", reason=result.error or "")
-        _join_started(shown)
+        _call_off(shown)
         queue.enqueue_interrupted(conn, settings, approval_id)
         return result.status.value
-    store.transition(
+    finished = store.transition(
         conn,
         approval_id,
         result.status,
@@ -272,8 +280,12 @@ def _resume(
         executed_arguments=result.executed_arguments,
         tool_output=result.tool_output or "",
     )
-    _join_started(shown)
-    publish(approval_id)
+    _call_off(shown)
+    if finished.ok:  # what was just stored, without reading it back
+        approval.status, approval.result = result.status, result
+    else:  # moved on meanwhile (recovery took it for dead): show what the record says
+        approval = store.load(conn, approval_id)
+    publish(approval)
     return result.status.value
 
 
@@ -303,20 +315,21 @@ def _run(
     )
 
 
-def _join_started(timer: threading.Timer) -> None:
+def _call_off(notices: list[Call]) -> None:
     """Call off the "running" update, or wait for it if it began: the result comes last."""
-    timer.cancel()
-    if timer.ident is not None:  # never started when the tool never ran
-        timer.join(timeout=15)
+    for notice in notices:
+        notice.cancel()
 
 
-def _publish_now(approval_id: str) -> None:
+def _publish_now(approval: Approval) -> None:
     """Publish the result from this job; on failure, as its own job that RQ retries.
 
     A separate job for every result cost a second trip through RQ per approval (bench B5).
     """
+    approval_id = approval.id
     try:
-        publish_result(approval_id)
+        with bind_approval(approval_id):  # also in a publishing thread
+            _publish(approval)
     except Exception:
         log.warning("publishing approval %s failed; retrying as a job", approval_id, exc_info=True)
         try:
@@ -338,19 +351,11 @@ def _show_running(approval: Approval) -> None:
 @contextmanager
 def _lease_kept(conn: redis.Redis, approval_id: str) -> Iterator[None]:
     """Renew the lease while the resume runs; it lapses on its own if this process dies."""
-    done = threading.Event()
-
-    def renew() -> None:
-        while not done.wait(LEASE_SECONDS / 3):
-            store.hold_lease(conn, approval_id, LEASE_SECONDS)
-
-    keeper = threading.Thread(target=renew, daemon=True)
-    keeper.start()
+    renewal = _LEASES.every(LEASE_SECONDS / 3, store.hold_lease, conn, approval_id, LEASE_SECONDS)
     try:
         yield
     finally:
-        done.set()
-        keeper.join(timeout=5)
+        renewal.cancel()
         store.drop_lease(conn, approval_id)
 
 
@@ -363,12 +368,15 @@ def announce_interrupted(approval_id: str) -> None:
 @_about_approval
 def publish_result(approval_id: str) -> None:
     """Show the run's end on the card and in its thread (once, even if retried)."""
+    _publish(store.load(_conn(), approval_id))
+
+
+def _publish(approval: Approval) -> None:
     conn = _conn()
-    approval = store.load(conn, approval_id)
-    if not store.claim(conn, approval_id, "result_published"):
+    if not store.claim(conn, approval.id, "result_published"):
         return
     try:
         slack.announce_result(_client(), approval)
     except Exception:
-        store.release(conn, approval_id, "result_published")  # let RQ's retry try again
+        store.release(conn, approval.id, "result_published")  # let RQ's retry try again
         raise

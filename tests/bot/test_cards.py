@@ -648,7 +648,7 @@ def test_result_message_of_a_paused_run_points_to_the_next_card():
 
 
 def test_result_messages_first_show_what_the_tool_returned():
-    """A run whose tool ran posts the tool's output, then the final answer."""
+    """A run whose tool ran posts the tool's output, then the final answer, in one reply."""
     approval = make_decided(Status.COMPLETED)
     approval.result = RunResult(
         Status.COMPLETED,
@@ -657,17 +657,16 @@ def test_result_messages_first_show_what_the_tool_returned():
         tool_output="deleted build/app.o",
     )
     messages = build_result_messages(approval)
-    assert messages[0] == [
-        {
-            "type": "section",
-            "text": {
-                "type": "mrkdwn",
-                "text": "`delete_path` ran and returned:\n```\ndeleted build/app.o\n```",
-            },
-        }
-    ]
-    assert _texts(messages[1]).endswith("Done.")
-    assert len(messages) == 2
+    assert len(messages) == 1
+    assert messages[0][0] == {
+        "type": "section",
+        "text": {
+            "type": "mrkdwn",
+            "text": "`delete_path` ran and returned:\n```\ndeleted build/app.o\n```",
+        },
+    }
+    assert _texts(messages[0][1:]).startswith(":checkered_flag: Final answer")
+    assert _texts(messages[0]).endswith("Done.")
 
 
 def test_a_failed_run_still_shows_what_the_tool_returned():
@@ -676,9 +675,9 @@ def test_a_failed_run_still_shows_what_the_tool_returned():
     approval.result = RunResult(
         Status.FAILED, error="boom", executed_arguments={"path": "x"}, tool_output="deleted x"
     )
-    messages = build_result_messages(approval)
-    assert "ran and returned" in _texts(messages[0])
-    assert _texts(messages[1]) == ":x: The run failed: boom"
+    (blocks,) = build_result_messages(approval)
+    assert "ran and returned" in _texts(blocks[:1])
+    assert _texts(blocks[1:]) == ":x: The run failed: boom"
 
 
 def test_no_tool_output_message_when_the_tool_did_not_run():
@@ -697,6 +696,19 @@ def test_a_huge_tool_output_is_cut_to_fit():
         Status.COMPLETED, text="ok", executed_arguments={}, tool_output="o" * 100_000
     )
     for blocks in build_result_messages(approval):
+        _assert_within_slack_limits(blocks)
+
+
+def test_a_tool_output_with_a_very_long_answer_stays_within_the_block_limit():
+    """The first reply holds the output, the answer's heading and 40 sections: under 50."""
+    approval = make_decided(Status.COMPLETED)
+    approval.result = RunResult(
+        Status.COMPLETED, text="z" * 200_000, executed_arguments={}, tool_output="o" * 100_000
+    )
+    messages = build_result_messages(approval)
+    assert len(messages) > 1
+    assert "ran and returned" in _texts(messages[0][:1])
+    for blocks in messages:
         _assert_within_slack_limits(blocks)
 
 
