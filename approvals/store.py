@@ -134,7 +134,9 @@ if not current then return {0, '', ''} end
 for _, status in ipairs(cjson.decode(ARGV[4])) do
   if status == current then
     redis.call('HSET', KEYS[1], 'status', ARGV[3])
-    for i = 5, #ARGV, 2 do
+    if ARGV[5] ~= '' then redis.call('RPUSH', KEYS[6], ARGV[5]) end
+    if ARGV[6] ~= '' then redis.call('SET', KEYS[7], ARGV[2], 'EX', ARGV[6]) end
+    for i = 7, #ARGV, 2 do
       if ARGV[i + 1] == '' then
         redis.call('HDEL', KEYS[1], ARGV[i])
       else
@@ -205,23 +207,28 @@ def transition(
     fields: dict[str, str] | None = None,
     *,
     sources: Iterable[Status] | None = None,
+    event: str | None = None,
+    lease: int | None = None,
 ) -> TransitionResult:
     """Move an approval to ``target`` if ``models.TRANSITIONS`` allows it from its current status.
 
     ``sources`` narrows where it may come from: a decision only ever leaves ``pending``, even
     though ``running`` may also return to a decided status when recovery requeues it.
-    ``fields`` are written in the same atomic step. Returns what was found, so a loser can
-    be told who won.
+    ``fields`` are written in the same atomic step, and so are, when the move happens, the
+    audit entry ``event`` (an ``audit_entry`` line) and a lease of ``lease`` seconds (see
+    ``hold_lease``): one round trip, and no moment where one is there without the other.
+    Returns what was found, so a loser can be told who won.
     """
     legal = sources_of(target)
     chosen = legal if sources is None else [s for s in sources if s in legal]
     assert sources is None or len(chosen) == len(set(sources)), "not in TRANSITIONS"
     allowed = json.dumps([s.value for s in chosen])
     args: list[str] = [approval_id, repr(time.time()), target.value, allowed]
+    args += [event or "", str(lease) if lease is not None else ""]
     for name, value in (fields or {}).items():
         args += [name, value]
-    found = eval_script(conn, _TRANSITION_LUA, _keys(approval_id), args)
-    ok, previous, decided_by = cast(list[Any], found)
+    keys = [*_keys(approval_id), audit_key(approval_id), lease_key(approval_id)]
+    ok, previous, decided_by = cast(list[Any], eval_script(conn, _TRANSITION_LUA, keys, args))
     return TransitionResult(bool(ok), _text(previous), _text(decided_by) or None)
 
 
@@ -535,11 +542,16 @@ def deadline_counts(conn: redis.Redis, now: float, late_by: float) -> tuple[int,
 
 def audit(target: Any, approval_id: str, event: str, actor: str, **details: Any) -> None:
     """Append one event to the approval's audit trail (``target``: a client or a pipeline)."""
+    target.rpush(audit_key(approval_id), audit_entry(event, actor, **details))
+
+
+def audit_entry(event: str, actor: str, **details: Any) -> str:
+    """One line of an audit trail, as ``audit`` appends it (``transition`` takes one too)."""
     # A list of JSON lines, not a Stream: a stream allocates a 4 KB node even for the two
     # events of a waiting approval, which doubled the memory of one with a 10 KB history.
     entry = {"event": event, "actor": actor, "at": repr(time.time())}
     entry.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in details.items()})
-    target.rpush(audit_key(approval_id), json.dumps(entry, ensure_ascii=False))
+    return json.dumps(entry, ensure_ascii=False)
 
 
 def audit_trail(conn: redis.Redis, approval_id: str) -> list[dict[str, str]]:

@@ -103,6 +103,33 @@ def test_transition_writes_its_fields_with_the_status(conn):
     assert loaded.decision is not None and loaded.decision.actor == "UALICE"
 
 
+def test_a_transition_records_its_audit_event_and_lease_in_the_same_step(conn):
+    """A resume moves to running with its lease and its audit line, or with neither."""
+    approval = _create(conn)
+    store.transition(conn, approval.id, Status.APPROVED)
+    entry = store.audit_entry("resume_started", "worker")
+
+    won = store.transition(conn, approval.id, Status.RUNNING, event=entry, lease=15)
+    lost = store.transition(
+        conn, approval.id, Status.RUNNING, event=store.audit_entry("again", "worker"), lease=15
+    )
+
+    assert won.ok and not lost.ok
+    assert [e["event"] for e in store.audit_trail(conn, approval.id)] == [
+        "paused",  # written by store.create
+        "resume_started",
+    ]
+    assert 0 < conn.ttl(store.lease_key(approval.id)) <= 15
+
+
+def test_a_transition_that_does_not_happen_leaves_no_lease(conn):
+    approval = _create(conn)  # pending: cannot go to running
+    result = store.transition(conn, approval.id, Status.RUNNING, lease=15, event="x")
+    assert not result.ok
+    assert not conn.exists(store.lease_key(approval.id))
+    assert [e["event"] for e in store.audit_trail(conn, approval.id)] == ["paused"]
+
+
 def test_transition_from_a_wrong_status_changes_nothing(conn):
     """A move the table forbids (pending → running) leaves the hash and the index untouched."""
     approval = _create(conn)

@@ -195,9 +195,15 @@ def _resume_once(
     publish: Callable[[Approval], None],
     on_taken: Callable[[], object] | None = None,
 ) -> str:
-    # The lease comes first: a running approval without one is taken for dead by recovery.
-    store.hold_lease(conn, approval_id, LEASE_SECONDS)
-    taken = store.transition(conn, approval_id, Status.RUNNING, sources=DECIDED).ok
+    # The lease comes with the move: a running approval without one is taken for dead.
+    taken = store.transition(
+        conn,
+        approval_id,
+        Status.RUNNING,
+        sources=DECIDED,
+        event=store.audit_entry("resume_started", "worker"),
+        lease=LEASE_SECONDS,
+    ).ok
     if on_taken is not None:  # taken here or not, its job has nothing left to do
         on_taken()
     if not taken:
@@ -244,7 +250,6 @@ def _resume(
     conn: redis.Redis, settings: Settings, approval_id: str, publish: Callable[[Approval], None]
 ) -> str:
     approval = store.load(conn, approval_id)
-    store.audit(conn, approval_id, "resume_started", "worker")
     # The card says "running" when the run takes a while; the update must not delay the
     # tool, so its clock starts once the tool has (or now, when the tool is not to run).
     shown: list[Call] = []
@@ -257,23 +262,16 @@ def _resume(
         show_soon()
     result = _run(conn, settings, approval, on_tool_start=show_soon)
     if result.status is Status.INTERRUPTED:
-        store.transition(conn, approval_id, Status.INTERRUPTED, sources=[Status.RUNNING])
-        store.audit(conn, approval_id, "interrupted", "worker", reason=result.error or "")
+        _record_end(conn, approval_id, Status.INTERRUPTED, "interrupted", reason=result.error or "")
         _call_off(shown)
         queue.enqueue_interrupted(conn, settings, approval_id)
         return result.status.value
-    finished = store.transition(
+    finished = _record_end(
         conn,
         approval_id,
         result.status,
-        {"result": json.dumps(result_to_dict(result))},
-        sources=[Status.RUNNING],
-    )
-    store.audit(
-        conn,
-        approval_id,
         "resume_finished",
-        "worker",
+        {"result": json.dumps(result_to_dict(result))},
         status=result.status.value,
         error=result.error or "",
         next_approval_id=result.next_approval_id or "",
@@ -281,12 +279,31 @@ def _resume(
         tool_output=result.tool_output or "",
     )
     _call_off(shown)
-    if finished.ok:  # what was just stored, without reading it back
+    if finished:  # what was just stored, without reading it back
         approval.status, approval.result = result.status, result
     else:  # moved on meanwhile (recovery took it for dead): show what the record says
         approval = store.load(conn, approval_id)
     publish(approval)
     return result.status.value
+
+
+def _record_end(
+    conn: redis.Redis,
+    approval_id: str,
+    end: Status,
+    event: str,
+    fields: dict[str, str] | None = None,
+    **details: Any,
+) -> bool:
+    """Move a run to how it ended, with its audit event, in one step; False if it had been
+    moved on meanwhile (the event is recorded all the same: the run did happen)."""
+    entry = store.audit_entry(event, "worker", **details)
+    moved = store.transition(
+        conn, approval_id, end, fields, sources=[Status.RUNNING], event=entry
+    ).ok
+    if not moved:
+        store.audit(conn, approval_id, event, "worker", **details)
+    return moved
 
 
 def _run(
