@@ -12,7 +12,7 @@ from approvals.models import Status
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.conftest import SIGNING_SECRET, approvals_command
-from tests.e2e import approve_values, card_of, click, pending_command, wait_status
+from tests.e2e import approve_values, card_of, click, pending_command, settled, wait_status
 from tests.slack_requests import (
     FORM,
     block_actions_payload,
@@ -41,7 +41,7 @@ def test_bad_signature_stale_timestamp_and_tampered_body_get_401_and_change_noth
     """Only correctly signed, fresh, untampered requests reach a listener."""
     pause_id = _pause()
     card_of(slack, pause_id)
-    before = _snapshot(conn)
+    before = settled(lambda: _snapshot(conn))  # the worker records the card after Slack has it
     payload = json.dumps(
         block_actions_payload(user_id="U1", action_id="approval_approve", value=pause_id)
     )
@@ -62,7 +62,7 @@ def test_malformed_and_unknown_requests_get_a_4xx_and_the_bot_keeps_serving(serv
     """Garbage is answered, not fatal: the bot still decides the next real click."""
     pause_id = _pause()
     card = card_of(slack, pause_id)
-    before = _snapshot(conn)
+    before = settled(lambda: _snapshot(conn))  # the worker records the card after Slack has it
     for body in ["payload=%7Bnot-json", "payload=", "", "a=b&c", "payload=" + "x" * 5000]:
         status, _ = post_signed(services.bot_url, SIGNING_SECRET, body, FORM)
         assert 400 <= status < 500, body[:30]

@@ -88,7 +88,8 @@ def test_the_demo_card_appears_at_once_and_approving_it_runs_the_tool(dev):
     )
     assert "Approved by" in thread
     html = card_showing(dev, ts, "Completed")
-    assert "data-action-id" not in html and "3 replies" in html
+    # Two replies: who approved, then what the tool returned with the final answer.
+    assert "data-action-id" not in html and "2 replies" in html
     assert not (build / "app.o").exists() and (build / "util.o").exists()
 
 
