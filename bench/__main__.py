@@ -43,7 +43,7 @@ class Plan:
 
     @classmethod
     def full(cls) -> Plan:
-        return cls(200, 10, 50, 100, 3, 300, 10_000, 100, 200, 5, 40, 20.0)
+        return cls(200, 10, 50, 100, 3, 300, 10_000, 100, 1000, 5, 40, 20.0)
 
     @classmethod
     def quick(cls) -> Plan:

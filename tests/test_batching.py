@@ -8,6 +8,8 @@ every tool runs once, every card shows its result. What changes is how many RQ j
 from __future__ import annotations
 
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -20,7 +22,7 @@ from approvals.store import load
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.e2e import CHANNEL, block_text, card_showing, tool_runs
-from tests.processes import ROOT, approvals_command
+from tests.processes import ROOT, approvals_command, wait_until
 
 COMPLETED = ":checkered_flag: Completed"
 
@@ -150,3 +152,37 @@ def test_a_job_is_dropped_only_while_it_waits_in_the_queue(env, conn, queued):
 
     assert conn.llen(key) == 0
     assert bool(conn.exists("rq:job:resume-feed")) is not queued
+
+
+def test_a_job_takes_no_more_resumes_once_its_first_second_is_over(slack, env, conn):
+    """Past RESUME_BATCH_SECONDS the next resume is left to its own job, so a batch never
+    stretches a job far beyond the timeout it was given."""
+    prompt = script(calls(("charge_card", {"amount": 5})), say("done with the charge"))
+    slow = run_agent("scripted", prompt, tools=[tools.charge_card]).pause_id
+    quick = _pause("/tmp/after-slow")
+    assert slow is not None
+    _approve(conn, slow)
+    _approve(conn, quick)
+    hold = Path(env["HOLD_FILE"])
+    hold.touch()  # the charge waits while this file exists
+
+    worker = subprocess.Popen(
+        approvals_command("worker", "--burst"),
+        env={**env, "APPROVALS_WORKER_CLASS": "SimpleWorker"},
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        (started,) = wait_until(lambda: tool_runs(env, "charge_card"), 30, "the charge to start")
+        began = time.monotonic()
+        # The window is about time, so wait it out: the charge holds its job meanwhile.
+        wait_until(lambda: time.monotonic() - began > queue.RESUME_BATCH_SECONDS, 5, "1 s")
+        hold.unlink()
+        assert worker.wait(timeout=60) == 0
+    finally:
+        worker.kill()
+
+    assert started["arguments"]["amount"] == 5
+    assert _resume_jobs_kept(conn, [slow, quick]) == [slow, quick]
+    _each_shows_its_result(slack, conn, [quick])

@@ -83,9 +83,12 @@ def warm() -> None:
     _client()
 
 
-def connect_now() -> None:
-    """Open this process's Redis connection now (a spare work-horse does, while idle)."""
+def prepare_horse() -> None:
+    """What a spare work-horse does while it waits, so that its resume does not: open this
+    process's Redis connection, start the lease and "running" threads."""
     _conn().ping()
+    _LEASES.start()
+    _NOTICES.start()
 
 
 def inherited() -> tuple[int, int, int]:

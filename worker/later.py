@@ -69,13 +69,22 @@ class Later:
         """Call ``function(*args)`` every ``interval`` seconds until cancelled."""
         return self._schedule(interval, interval, lambda: function(*args))
 
+    def start(self) -> None:
+        """Start the thread now rather than at the first call (a spare work-horse does, so
+        its job does not wait for it)."""
+        with self.lock:
+            self._start()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+            self._thread.start()
+
     def _schedule(self, delay: float, interval: float | None, run: Callable[[], Any]) -> Call:
         call = Call(self, interval)
         with self.lock:
             heapq.heappush(self._due, (time.monotonic() + delay, next(self._order), call, run))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
-                self._thread.start()
+            self._start()
             self._wake.notify()
         return call
 

@@ -112,7 +112,7 @@ def _child(rq_worker: Worker, pipe: int) -> None:
     try:
         os.setpgrp()  # as RQ's horse: the worker can kill its whole group
         rq_worker.setup_work_horse_signals()  # type: ignore[no-untyped-call]
-        _connect(rq_worker)
+        _prepare(rq_worker)
         message = _read(pipe)
         if not message:  # the worker discarded it, or exited
             code = 0
@@ -155,15 +155,15 @@ def _fetch(rq_worker: Worker, job_id: str, execution_id: str) -> tuple[Job, Exec
     return job, execution
 
 
-def _connect(rq_worker: Worker) -> None:
-    """Open the horse's own Redis connections while nothing waits for them.
+def _prepare(rq_worker: Worker) -> None:
+    """Open the horse's own Redis connections and start its threads while nothing waits.
 
     After a fork redis-py drops the parent's connections, so the first command of each
     client opens a new one: RQ's, and the one the jobs use.
     """
     with contextlib.suppress(Exception):  # a Redis hiccup: the job connects when it runs
         rq_worker.connection.ping()
-        jobs.connect_now()
+        jobs.prepare_horse()
 
 
 def _read(pipe: int) -> bytes:
