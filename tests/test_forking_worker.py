@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 import redis
@@ -16,7 +17,14 @@ from approvals.tools import describe_tool
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, list_files
 from tests.e2e import card_of, click, reply_containing, tool_runs
-from tests.processes import bot_url, start_bot, start_worker, wait_for_workers, wait_until
+from tests.processes import (
+    Process,
+    bot_url,
+    start_bot,
+    start_worker,
+    wait_for_workers,
+    wait_until,
+)
 
 
 @pytest.fixture
@@ -163,13 +171,21 @@ def _worker_pid(env: dict[str, str], worker: str) -> int:
         conn.close()
 
 
-def test_a_resume_runs_in_a_spare_horse_forked_before_the_click(slack, env, tmp_path):
-    worker_process = start_worker(env, tmp_path / "worker.log", "spare")
+@contextmanager
+def _worker_and_bot(env: dict[str, str], tmp_path, name: str) -> Iterator[tuple[Process, str]]:
+    """A forking worker named ``name`` and a bot, running; yields the worker and the bot's URL."""
+    worker_process = start_worker(env, tmp_path / "worker.log", name)
     bot = start_bot(env, tmp_path / "bot.log")
     try:
         wait_for_workers(env, [worker_process], 1)
-        url = bot_url(bot)
+        yield worker_process, bot_url(bot)
+    finally:
+        bot.stop()
+        worker_process.stop()
 
+
+def test_a_resume_runs_in_a_spare_horse_forked_before_the_click(slack, env, tmp_path):
+    with _worker_and_bot(env, tmp_path, "spare") as (worker_process, url):
         first, waiting = _approve_and_run(slack, url, env, "spare", "/tmp/spare-1")
         assert {first["pid"]} == waiting  # the spare was there before the click
         second, waiting_next = _approve_and_run(slack, url, env, "spare", "/tmp/spare-2")
@@ -179,28 +195,17 @@ def test_a_resume_runs_in_a_spare_horse_forked_before_the_click(slack, env, tmp_
         spares = wait_until(lambda: _horses(worker_process.popen.pid), 20, "another spare")
         worker_process.stop()
         assert all(_state(child) is None for child in spares)  # gone with its worker
-    finally:
-        bot.stop()
-        worker_process.stop()
 
 
 def test_a_resume_still_runs_when_the_spare_horse_died(slack, env, tmp_path):
-    worker_process = start_worker(env, tmp_path / "worker.log", "dead-spare")
-    bot = start_bot(env, tmp_path / "bot.log")
-    try:
-        wait_for_workers(env, [worker_process], 1)
-        pid = worker_process.popen.pid
+    with _worker_and_bot(env, tmp_path, "dead-spare") as (worker_process, url):
 
         def kill(waiting: set[int]) -> None:
             assert len(waiting) == 1
             for spare in waiting:
                 os.kill(spare, signal.SIGKILL)
 
-        url = bot_url(bot)
         ran, killed = _approve_and_run(slack, url, env, "dead-spare", "/tmp/no-spare", kill)
 
-        assert ran["pid"] not in (*killed, pid)  # a work-horse forked for it
+        assert ran["pid"] not in (*killed, worker_process.popen.pid)  # a horse forked for it
         assert len(tool_runs(env, "delete_path")) == 1
-    finally:
-        bot.stop()
-        worker_process.stop()
