@@ -210,7 +210,9 @@ def _resume_once(
     if on_taken is not None:  # taken here or not, its job has nothing left to do
         on_taken()
     if not taken:
-        log.warning("approval %s is not waiting to resume; not running it again", approval_id)
+        # Taken from the queue by a batch, another worker may simply have been quicker.
+        level = logging.DEBUG if on_taken is not None else logging.WARNING
+        log.log(level, "approval %s is not waiting to resume; not running it again", approval_id)
         return "skipped"
     with _lease_kept(conn, approval_id):
         return _resume(conn, settings, approval_id, publish)
