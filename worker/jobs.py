@@ -223,8 +223,8 @@ def _resume_next_in_queue(
 ) -> None:
     """Resume the approvals whose jobs are next in the queue, as their own jobs would.
 
-    Each is taken the way its job takes it (lease, then the move to ``running``), and only
-    then is its job removed from the queue: if this process dies in between, the job runs
+    Each is taken the way its job takes it (the move to ``running``, with its lease), and
+    only then is its job removed from the queue: if this process dies in between, the job runs
     and skips it, and recovery resumes the approval once its lease lapses. A failure here
     (Redis, say) leaves the job in the queue, to run on its own.
     """
