@@ -127,18 +127,22 @@ def resume(
     settings: Settings,
     approval: Approval,
     on_tool_start: Callable[[], None] | None = None,
+    saved: list[dict[str, Any]] | None = None,
 ) -> Resumed:
     """Continue a decided approval's chain from its saved history (called by the worker).
 
     ``on_tool_start`` is called once the gated call is marked started, just before it runs,
-    so that work around the run (updating the card) never delays the tool.
+    so that work around the run (updating the card) never delays the tool. ``saved`` is the
+    history when the caller has read it already (``store.load_with_history``).
 
     Raises:
         ResumeError: a tool or the model cannot be found, or a tool changed since the pause.
     """
     decision = approval.decision
     assert decision is not None, "resume() needs a decided approval"
-    history = [Message.from_dict(m) for m in store.load_history(conn, approval.id)]  # type: ignore[arg-type]
+    if saved is None:
+        saved = store.load_history(conn, approval.id)
+    history = [Message.from_dict(m) for m in saved]  # type: ignore[arg-type]
     tools = import_tools(approval.tools, settings.tool_modules)
     model = resolve_model(approval.model_id)
     ran: dict[str, Any] = {}

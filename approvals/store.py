@@ -136,6 +136,7 @@ for _, status in ipairs(cjson.decode(ARGV[4])) do
     redis.call('HSET', KEYS[1], 'status', ARGV[3])
     if ARGV[5] ~= '' then redis.call('RPUSH', KEYS[6], ARGV[5]) end
     if ARGV[6] ~= '' then redis.call('SET', KEYS[7], ARGV[2], 'EX', ARGV[6]) end
+    if current == 'running' and ARGV[3] ~= 'running' then redis.call('DEL', KEYS[7]) end
     for i = 7, #ARGV, 2 do
       if ARGV[i + 1] == '' then
         redis.call('HDEL', KEYS[1], ARGV[i])
@@ -216,7 +217,8 @@ def transition(
     though ``running`` may also return to a decided status when recovery requeues it.
     ``fields`` are written in the same atomic step, and so are, when the move happens, the
     audit entry ``event`` (an ``audit_entry`` line) and a lease of ``lease`` seconds (see
-    ``hold_lease``): one round trip, and no moment where one is there without the other.
+    ``hold_lease``): one round trip, and no moment where one is there without the other. A
+    move out of ``running`` ends the run's lease.
     Returns what was found, so a loser can be told who won.
     """
     legal = sources_of(target)
@@ -358,11 +360,26 @@ def _from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
 
 def load_history(conn: redis.Redis, approval_id: str) -> list[dict[str, Any]]:
     """The message history saved at the pause."""
-    raw = cast(bytes | None, conn.get(history_key(approval_id)))
+    return parse_history(approval_id, cast(bytes | None, conn.get(history_key(approval_id))))
+
+
+def parse_history(approval_id: str, raw: bytes | None) -> list[dict[str, Any]]:
+    """A saved history as ``load_history`` returns it, from its stored bytes."""
     history = _json(raw)
     if not isinstance(history, list) or not all(isinstance(m, dict) for m in history):
         raise CorruptRecord(f"the history of approval {approval_id} is missing or malformed")
     return history
+
+
+def load_with_history(conn: redis.Redis, approval_id: str) -> tuple[Approval, bytes | None]:
+    """An approval and its history's stored bytes (for ``parse_history``), in one round trip."""
+    pipe = conn.pipeline(transaction=False)
+    pipe.hgetall(approval_key(approval_id))
+    pipe.get(history_key(approval_id))
+    raw, history = pipe.execute()
+    if not raw:
+        raise UnknownApproval(approval_id)
+    return _from_hash(approval_id, raw), history
 
 
 def _load_many(conn: redis.Redis, ids: list[str]) -> list[Approval]:

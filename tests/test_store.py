@@ -121,6 +121,9 @@ def test_a_transition_records_its_audit_event_and_lease_in_the_same_step(conn):
     ]
     assert 0 < conn.ttl(store.lease_key(approval.id)) <= 15
 
+    assert store.transition(conn, approval.id, Status.COMPLETED).ok
+    assert not conn.exists(store.lease_key(approval.id))  # the run's lease ends with it
+
 
 def test_a_transition_that_does_not_happen_leaves_no_lease(conn):
     approval = _create(conn)  # pending: cannot go to running

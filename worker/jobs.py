@@ -54,6 +54,12 @@ RUNNING_AFTER = 1.0
 _LEASES = Later("lease-renewal")
 _NOTICES = Later("running-notice")
 
+#: The flag (``store.claim``) that lets one attempt publish a run's result.
+PUBLISHED = "result_published"
+
+#: Shows a finished run in Slack: (the approval, whether its "result_published" flag is set).
+Publish = Callable[[Approval, bool], None]
+
 #: Threads that show a batch's results in Slack while its next approvals run.
 PUBLISHERS = 4
 
@@ -183,8 +189,8 @@ def resume_approval(approval_id: str) -> str:
     # the job ends once every one of them is.
     with ThreadPoolExecutor(PUBLISHERS, thread_name_prefix="publish") as publishers:
 
-        def publish(done: Approval) -> None:
-            publishers.submit(_publish_now, done)
+        def publish(done: Approval, claimed: bool) -> None:
+            publishers.submit(_publish_now, done, claimed)
 
         outcome = _resume_once(conn, settings, approval_id, publish)
         _resume_next_in_queue(conn, settings, started, publish)
@@ -195,7 +201,7 @@ def _resume_once(
     conn: redis.Redis,
     settings: Settings,
     approval_id: str,
-    publish: Callable[[Approval], None],
+    publish: Publish,
     on_taken: Callable[[], object] | None = None,
 ) -> str:
     # The lease comes with the move: a running approval without one is taken for dead.
@@ -219,7 +225,7 @@ def _resume_once(
 
 
 def _resume_next_in_queue(
-    conn: redis.Redis, settings: Settings, started: float, publish: Callable[[Approval], None]
+    conn: redis.Redis, settings: Settings, started: float, publish: Publish
 ) -> None:
     """Resume the approvals whose jobs are next in the queue, as their own jobs would.
 
@@ -251,10 +257,8 @@ def _resume_next_in_queue(
                 return
 
 
-def _resume(
-    conn: redis.Redis, settings: Settings, approval_id: str, publish: Callable[[Approval], None]
-) -> str:
-    approval = store.load(conn, approval_id)
+def _resume(conn: redis.Redis, settings: Settings, approval_id: str, publish: Publish) -> str:
+    approval, history = store.load_with_history(conn, approval_id)
     # The card says "running" when the run takes a while; the update must not delay the
     # tool, so its clock starts once the tool has (or now, when the tool is not to run).
     shown: list[Call] = []
@@ -265,7 +269,7 @@ def _resume(
     decision = approval.decision
     if decision is None or not decision.kind.runs_tool:
         show_soon()
-    result = _run(conn, settings, approval, on_tool_start=show_soon)
+    result = _run(conn, settings, approval, show_soon, history)
     if result.status is Status.INTERRUPTED:
         _record_end(conn, approval_id, Status.INTERRUPTED, "interrupted", reason=result.error or "")
         _call_off(shown)
@@ -276,7 +280,8 @@ def _resume(
         approval_id,
         result.status,
         "resume_finished",
-        {"result": json.dumps(result_to_dict(result))},
+        # The result and the right to publish it, in one step: nothing else publishes it.
+        {"result": json.dumps(result_to_dict(result)), PUBLISHED: repr(time.time())},
         status=result.status.value,
         error=result.error or "",
         next_approval_id=result.next_approval_id or "",
@@ -288,7 +293,7 @@ def _resume(
         approval.status, approval.result = result.status, result
     else:  # moved on meanwhile (recovery took it for dead): show what the record says
         approval = store.load(conn, approval_id)
-    publish(approval)
+    publish(approval, finished)
     return result.status.value
 
 
@@ -315,10 +320,12 @@ def _run(
     conn: redis.Redis,
     settings: Settings,
     approval: Approval,
-    on_tool_start: Callable[[], None] | None = None,
+    on_tool_start: Callable[[], None],
+    history: bytes | None,
 ) -> RunResult:
     try:
-        resumed = agent.resume(conn, settings, approval, on_tool_start)
+        saved = store.parse_history(approval.id, history)  # a broken one fails the run
+        resumed = agent.resume(conn, settings, approval, on_tool_start, saved)
     except ToolAlreadyStarted as exc:  # another attempt started the tool: never twice
         return RunResult(Status.INTERRUPTED, error=str(exc))
     except ResumeError as exc:
@@ -343,7 +350,7 @@ def _call_off(notices: list[Call]) -> None:
         notice.cancel()
 
 
-def _publish_now(approval: Approval) -> None:
+def _publish_now(approval: Approval, claimed: bool = False) -> None:
     """Publish the result from this job; on failure, as its own job that RQ retries.
 
     A separate job for every result cost a second trip through RQ per approval (bench B5).
@@ -351,7 +358,7 @@ def _publish_now(approval: Approval) -> None:
     approval_id = approval.id
     try:
         with bind_approval(approval_id):  # also in a publishing thread
-            _publish(approval)
+            _publish(approval, claimed)
     except Exception:
         log.warning("publishing approval %s failed; retrying as a job", approval_id, exc_info=True)
         try:
@@ -372,13 +379,20 @@ def _show_running(approval: Approval) -> None:
 
 @contextmanager
 def _lease_kept(conn: redis.Redis, approval_id: str) -> Iterator[None]:
-    """Renew the lease while the resume runs; it lapses on its own if this process dies."""
+    """Renew the lease while the resume runs; it lapses on its own if this process dies.
+
+    A run that ends normally has moved out of ``running``, which ended the lease; one that
+    raised drops it here.
+    """
     renewal = _LEASES.every(LEASE_SECONDS / 3, store.hold_lease, conn, approval_id, LEASE_SECONDS)
+    ended = False
     try:
         yield
+        ended = True
     finally:
         renewal.cancel()
-        store.drop_lease(conn, approval_id)
+        if not ended:
+            store.drop_lease(conn, approval_id)
 
 
 @_about_approval
@@ -393,12 +407,12 @@ def publish_result(approval_id: str) -> None:
     _publish(store.load(_conn(), approval_id))
 
 
-def _publish(approval: Approval) -> None:
+def _publish(approval: Approval, claimed: bool = False) -> None:
     conn = _conn()
-    if not store.claim(conn, approval.id, "result_published"):
+    if not claimed and not store.claim(conn, approval.id, PUBLISHED):
         return
     try:
         slack.announce_result(_client(), approval)
     except Exception:
-        store.release(conn, approval.id, "result_published")  # let RQ's retry try again
+        store.release(conn, approval.id, PUBLISHED)  # let RQ's retry try again
         raise
