@@ -651,6 +651,11 @@ class SlackStandIn:
 class _Server(ThreadingHTTPServer):
     """``ThreadingHTTPServer`` (daemon threads) that knows its stand-in."""
 
+    #: The socketserver default is 5: a burst of calls from a few workers overflowed it, and
+    #: the kernel dropped the connection until the client's retry a whole second later.
+    #: Slack's own front end never refuses a connection that way.
+    request_queue_size = 1024
+
     standin: SlackStandIn
 
 
