@@ -54,15 +54,15 @@ def send_all(url: str, requests: list[bytes], timeout: float = 60) -> list[tuple
             raise TimeoutError(f"{len(selector.get_map())} requests got no answer")
         for key, _ in ready:
             index, started, received = key.data
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
-            chunk = sock.recv(65536)
+            answering = key.fileobj
+            assert isinstance(answering, socket.socket)
+            chunk = answering.recv(65536)
             if chunk:
                 received += chunk
                 continue
             ms = (time.perf_counter() - started) * 1000
-            selector.unregister(sock)
-            sock.close()
+            selector.unregister(answering)
+            answering.close()
             results[index] = (_status(bytes(received)), ms)
 
     return results

@@ -12,6 +12,8 @@ from typing import Any
 from slack_bolt import App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 
+from bot.listeners.lazy import answering
+
 EVENTS_PATH = "/slack/events"
 HEALTH_PATH = "/healthz"
 #: Slack's largest payloads (views) are 250 kB; anything much bigger is not from Slack.
@@ -29,7 +31,8 @@ def wsgi_app(app: App) -> WSGIApp:
             start_response("200 OK", [("Content-Type", "text/plain")])
             return [b"ok"]
         try:
-            return bolt(environ, start_response)
+            with answering():
+                return bolt(environ, start_response)
         except (AttributeError, LookupError, RecursionError, TypeError, ValueError):
             # Bolt parses the body before any listener runs and raises on malformed JSON or
             # form data, on JSON that is not an object and on JSON nested too deeply; such a

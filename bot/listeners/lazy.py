@@ -15,9 +15,12 @@ behind other work for the 3 s their ``trigger_id`` lives.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,7 +32,37 @@ log = logging.getLogger(__name__)
 #: that a Slack call sleeping out a rate limit does not hold up every other click.
 WORK_THREADS = 4
 
+#: How long work may wait for the answers in flight (a steady stream of requests never
+#: leaves the bot idle; work still starts this soon after its click).
+YIELD_SECONDS = 0.25
+
 _work = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="listener-work")
+_in_flight = 0
+_quiet = threading.Condition()
+
+
+@contextlib.contextmanager
+def answering() -> Iterator[None]:
+    """Mark one HTTP request as in flight: work waits for the answers first."""
+    global _in_flight
+    with _quiet:
+        _in_flight += 1
+    try:
+        yield
+    finally:
+        with _quiet:
+            _in_flight -= 1
+            if not _in_flight:
+                _quiet.notify_all()
+
+
+def _answers_first(submitted: float) -> None:
+    deadline = submitted + YIELD_SECONDS
+    with _quiet:
+        while _in_flight:
+            left = deadline - time.monotonic()
+            if left <= 0 or not _quiet.wait(left):
+                return
 
 
 def acknowledged(handler: Callable[..., None]) -> Callable[..., None]:
@@ -42,12 +75,13 @@ def acknowledged(handler: Callable[..., None]) -> Callable[..., None]:
         ack = kwargs.get("ack")
         if ack is not None:
             ack()
-        _work.submit(_logged, handler, kwargs)
+        _work.submit(_logged, handler, kwargs, time.monotonic())
 
     return listener
 
 
-def _logged(handler: Callable[..., None], kwargs: dict[str, Any]) -> None:
+def _logged(handler: Callable[..., None], kwargs: dict[str, Any], submitted: float) -> None:
+    _answers_first(submitted)
     try:
         handler(**kwargs)
     except Exception:
