@@ -49,19 +49,42 @@ def cli() -> None:
 @click.option("--port", default=3000, show_default=True, help="HTTP port (0 picks a free one).")
 @click.option("--host", default="0.0.0.0", show_default=True, help="Interface to listen on.")
 @click.option("--threads", default=64, show_default=True, help="Request threads (HTTP mode).")
+@click.option(
+    "--processes",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="HTTP mode: bot processes sharing the port (one per core); one that dies is replaced.",
+)
+@click.option("--listen-fd", type=int, default=None, hidden=True)
 @pass_settings
-def bot_run(settings: Settings, port: int, host: str, threads: int) -> None:
+def bot_run(
+    settings: Settings,
+    port: int,
+    host: str,
+    threads: int,
+    processes: int,
+    listen_fd: int | None,
+) -> None:
     """Run the Slack app: Socket Mode if SLACK_APP_TOKEN is set, else HTTP at /slack/events."""
+    import socket
+
     from approvals.logs import configure_logging
-    from bot.app import create_app
-    from bot.server import serve_http, serve_socket_mode
+    from bot.app import check_settings, create_app
+    from bot.server import listen, run_replicas, serve_http, serve_socket_mode
 
     configure_logging(settings)
-    app = create_app(settings)
+    check_settings(settings)
     if settings.slack_app_token:
-        serve_socket_mode(app, settings.slack_app_token)
+        if processes > 1:
+            raise click.UsageError("--processes is for HTTP mode; Socket Mode runs one process")
+        serve_socket_mode(create_app(settings), settings.slack_app_token)
+    elif listen_fd is not None:  # a replica started by run_replicas
+        serve_http(create_app(settings), socket.socket(fileno=listen_fd), threads)
+    elif processes > 1:
+        run_replicas(listen(host, port), threads, processes)
     else:
-        serve_http(app, host, port, threads)
+        serve_http(create_app(settings), listen(host, port), threads)
 
 
 @cli.command(name="worker")

@@ -35,6 +35,8 @@ class ChildSpec:
     name: str
     argv: Sequence[str]
     env: Mapping[str, str] = field(default_factory=dict)
+    #: Open file descriptors the child inherits (a listening socket shared by bot replicas).
+    pass_fds: Sequence[int] = ()
 
 
 @dataclass
@@ -113,6 +115,7 @@ class Supervisor:
             # children in order (and can then kill a child's whole group, work-horses too).
             start_new_session=True,
             preexec_fn=die_with_parent(),
+            pass_fds=tuple(child.spec.pass_fds),
         )
         child.started_at = time.monotonic()
         child.restart_at = None

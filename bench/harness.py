@@ -303,6 +303,10 @@ class Phase:
             return sum(1 for line in log if line.strip())
 
 
+#: The bot runs as recommended for production: one process per core (``--processes``).
+BOT_PROCESSES = os.cpu_count() or 1
+
+
 class Bench:
     """The run's redis-server and Slack stand-in, and the phases started on them."""
 
@@ -363,7 +367,8 @@ class Bench:
         current = Phase(name, values, settings, conn, folder, self.standin)
         try:
             if bot:
-                current.bot = start_bot(values, folder / "bot.log")
+                args = ("--processes", str(BOT_PROCESSES))
+                current.bot = start_bot(values, folder / "bot.log", args=args)
             for _ in range(workers):
                 current.start_worker()
             if bot:

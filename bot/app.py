@@ -16,6 +16,13 @@ from bot.listeners import register_listeners
 from bot.runtime import Runtime
 
 
+def check_settings(settings: Settings) -> None:
+    """Raise ``ConfigError`` for a setting the bot needs and does not have."""
+    settings.require("SLACK_BOT_TOKEN")
+    if settings.slack_app_token is None:
+        settings.require("SLACK_SIGNING_SECRET")
+
+
 def create_app(settings: Settings, conn: redis.Redis | None = None) -> App:
     """The Bolt app for these settings (Socket Mode when ``SLACK_APP_TOKEN`` is set).
 
@@ -23,9 +30,7 @@ def create_app(settings: Settings, conn: redis.Redis | None = None) -> App:
         ConfigError: a required setting is missing (checked here, not at the first request).
     """
     socket_mode = settings.slack_app_token is not None
-    settings.require("SLACK_BOT_TOKEN")
-    if not socket_mode:
-        settings.require("SLACK_SIGNING_SECRET")
+    check_settings(settings)
     client = slack.web_client(settings)
     runtime = Runtime(settings=settings, conn=conn or store.connect(settings), client=client)
     app = App(

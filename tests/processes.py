@@ -143,9 +143,14 @@ def approvals_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "approvals", *args]
 
 
-def start_bot(env: dict[str, str], log: Path, extra_env: dict[str, str] | None = None) -> Process:
+def start_bot(
+    env: dict[str, str],
+    log: Path,
+    extra_env: dict[str, str] | None = None,
+    args: Sequence[str] = (),
+) -> Process:
     bot = Process(
-        approvals_command("bot", "--host", "127.0.0.1", "--port", "0"),
+        approvals_command("bot", "--host", "127.0.0.1", "--port", "0", *args),
         {**env, **(extra_env or {})},
         log,
     )

@@ -32,37 +32,66 @@ log = logging.getLogger(__name__)
 #: that a Slack call sleeping out a rate limit does not hold up every other click.
 WORK_THREADS = 4
 
-#: How long work may wait for the answers in flight (a steady stream of requests never
-#: leaves the bot idle; work still starts this soon after its click).
+#: How long work may wait for answers (under a steady stream of requests the bot is never
+#: quiet; work still starts this soon after its click).
 YIELD_SECONDS = 0.25
+#: Requests that arrive closer together than this are a burst: work waits for its end.
+BURST_GAP_SECONDS = 0.005
 
 _work = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="listener-work")
-_in_flight = 0
-_quiet = threading.Condition()
 
 
-@contextlib.contextmanager
-def answering() -> Iterator[None]:
-    """Mark one HTTP request as in flight: work waits for the answers first."""
-    global _in_flight
-    with _quiet:
-        _in_flight += 1
-    try:
-        yield
-    finally:
-        with _quiet:
-            _in_flight -= 1
-            if not _in_flight:
-                _quiet.notify_all()
+class _Answers:
+    """Requests being answered, and when the last one arrived; work waits for a quiet moment.
+
+    A click's own request never holds its work back: a single click's work starts the moment
+    its answer is sent (bench B1), while in a burst every answer goes out first (bench B2).
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._in_flight = 0
+        self._arrivals = 0
+        self._last_arrival = 0.0
+        self._current = threading.local()
+
+    @contextlib.contextmanager
+    def answering(self) -> Iterator[None]:
+        with self._changed:
+            self._in_flight += 1
+            self._arrivals += 1
+            self._last_arrival = time.monotonic()
+            self._current.arrival = self._arrivals
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._in_flight -= 1
+                self._changed.notify_all()
+
+    def arrival(self) -> int:
+        """Which arrival the request this thread is answering was (0 outside a request)."""
+        return int(getattr(self._current, "arrival", 0))
+
+    def wait_for_quiet(self, arrival: int, submitted: float) -> None:
+        """Wait while requests are in flight or others arrived less than a burst gap ago."""
+        deadline = submitted + YIELD_SECONDS
+        with self._changed:
+            while True:
+                now = time.monotonic()
+                if now >= deadline:
+                    return
+                if self._in_flight:
+                    wait = deadline - now
+                elif self._arrivals > arrival and now - self._last_arrival < BURST_GAP_SECONDS:
+                    wait = self._last_arrival + BURST_GAP_SECONDS - now
+                else:
+                    return
+                self._changed.wait(min(wait, deadline - now))
 
 
-def _answers_first(submitted: float) -> None:
-    deadline = submitted + YIELD_SECONDS
-    with _quiet:
-        while _in_flight:
-            left = deadline - time.monotonic()
-            if left <= 0 or not _quiet.wait(left):
-                return
+_answers = _Answers()
+answering = _answers.answering
 
 
 def acknowledged(handler: Callable[..., None]) -> Callable[..., None]:
@@ -75,13 +104,15 @@ def acknowledged(handler: Callable[..., None]) -> Callable[..., None]:
         ack = kwargs.get("ack")
         if ack is not None:
             ack()
-        _work.submit(_logged, handler, kwargs, time.monotonic())
+        _work.submit(_logged, handler, kwargs, _answers.arrival(), time.monotonic())
 
     return listener
 
 
-def _logged(handler: Callable[..., None], kwargs: dict[str, Any], submitted: float) -> None:
-    _answers_first(submitted)
+def _logged(
+    handler: Callable[..., None], kwargs: dict[str, Any], arrival: int, submitted: float
+) -> None:
+    _answers.wait_for_quiet(arrival, submitted)
     try:
         handler(**kwargs)
     except Exception:
