@@ -20,6 +20,7 @@ from approvals import queue
 from approvals.config import Settings
 from approvals.errors import ConfigError
 from approvals.logs import bind_approval, configure_logging, current_approval
+from tests.conftest import BOT_TOKEN
 from tests.processes import start_worker, wait_for_workers, wait_until
 
 log = logging.getLogger("tests.logs")
@@ -183,3 +184,32 @@ def test_worker_jobs_tag_their_lines_with_the_approval_id(env, conn, tmp_path):
     (warning,) = [x for x in lines if x["logger"] == "worker.jobs"]
     assert "not waiting to resume" in warning["message"]
     assert warning["approval_id"] == "not-waiting"
+
+
+@pytest.fixture
+def sdk_logger() -> Iterator[logging.Logger]:
+    """slack_sdk's logger with its level unset, as a fresh process has it; put back after."""
+    logger = logging.getLogger("slack_sdk.web.base_client")
+    root = logging.getLogger()
+    saved = logger.level, root.level
+    logger.setLevel(logging.NOTSET)
+    yield logger
+    logger.setLevel(saved[0])
+    root.setLevel(saved[1])
+
+
+def test_slack_sdk_builds_no_debug_text_unless_debug_is_on(sdk_logger, slack, caplog):
+    """At INFO, slack_sdk's own level is set, so it skips formatting every request and
+    response; with DEBUG in effect its debug lines still come."""
+    from approvals.slack import web_client
+
+    settings = Settings(slack_bot_token=BOT_TOKEN, slack_api_url=slack.base_url)
+    logging.getLogger().setLevel(logging.INFO)
+    web_client(settings).auth_test()
+    assert sdk_logger.level == logging.INFO
+
+    sdk_logger.setLevel(logging.NOTSET)
+    logging.getLogger().setLevel(logging.DEBUG)
+    with caplog.at_level(logging.DEBUG, logger="slack_sdk.web.base_client"):
+        web_client(settings).auth_test()
+    assert any("Sending a request" in r.getMessage() for r in caplog.records)
