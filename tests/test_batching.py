@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from rq import Queue
+from rq.registry import StartedJobRegistry
 
 from approvals import queue, run_agent
 from approvals.config import Settings
@@ -123,6 +125,11 @@ def test_the_forking_worker_gives_every_resume_its_own_work_horse(slack, env, co
     assert _resume_jobs_kept(conn, ids) == ids
     pids = [r["pid"] for r in tool_runs(env, "delete_path")]
     assert len(pids) == len(set(pids)) == 3
+    # With jobs waiting, each next horse was forked while the one before ran; every job
+    # still ended as RQ records it (a stale execution would keep one "started" forever).
+    rq_queue = Queue(Settings.from_env().queue, connection=conn)
+    assert StartedJobRegistry(queue=rq_queue).get_job_ids() == []
+    assert {conn.hget(f"rq:job:resume-{a}", "status") for a in ids} == {b"finished"}
 
 
 def test_only_a_resume_at_the_head_of_the_queue_is_next(env, conn):

@@ -86,6 +86,11 @@ class ForkingWorker(Worker):
             # While the horse runs: load what this resume needs (its tools, their schemas,
             # its model) here too, so the next spare horse inherits it.
             worker.jobs.ready(job.func_name or "", job.args)
+            if self._jobs_waiting():
+                # A stream of jobs: fork the next spare now, beside the running horse, so the
+                # fork is off the path from one job to the next (bench B5). A lone resume
+                # forks it afterwards, so the fork never competes with its tool (bench B1).
+                self._keep_spare()
             self.monitor_work_horse(job, queue, execution)
         self._keep_spare()
         self.set_state(WorkerStatus.IDLE)
@@ -102,6 +107,12 @@ class ForkingWorker(Worker):
                 return
             spare.discard()
         super().fork_work_horse(job, queue)
+
+    def _jobs_waiting(self) -> bool:
+        try:
+            return any(q.count for q in self.queues)
+        except redis.RedisError:
+            return False
 
     def _keep_spare(self) -> None:
         """Have a current spare horse waiting for the next resume (see ``worker.spare``)."""

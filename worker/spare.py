@@ -129,6 +129,9 @@ def _child(rq_worker: Worker, pipe: int) -> None:
             death_penalty_class=rq_worker.death_penalty_class,
         )
         execution._job = job
+        # Only this job's: a spare forked while a horse ran inherits that job's execution,
+        # and RQ's horse works on the first one it holds (it would leave this one registered).
+        rq_worker.executions.clear()
         rq_worker.execution = execution
         rq_worker.main_work_horse(job, queue)  # exits the process itself
     except BaseException:
