@@ -626,7 +626,9 @@ class SlackStandIn:
             "team": self.team_id,
             "ts": message.ts,
             "text": message.text,
-            "blocks": copy.deepcopy(message.blocks),
+            # Not copied: the reply is serialized at once, and an update replaces a message's
+            # block list instead of changing it in place.
+            "blocks": message.blocks,
         }
         if message.thread_ts:
             data["thread_ts"] = message.thread_ts
