@@ -39,6 +39,13 @@ def pass_settings(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _processes_option(help: str) -> Callable[[F], F]:
+    """``--processes N`` (1 to 64), for the commands that can run supervised copies."""
+    return click.option(
+        "--processes", default=1, show_default=True, type=click.IntRange(1, 64), help=help
+    )
+
+
 @click.group()
 @click.version_option(package_name="approvals")
 def cli() -> None:
@@ -49,13 +56,7 @@ def cli() -> None:
 @click.option("--port", default=3000, show_default=True, help="HTTP port (0 picks a free one).")
 @click.option("--host", default="0.0.0.0", show_default=True, help="Interface to listen on.")
 @click.option("--threads", default=64, show_default=True, help="Request threads (HTTP mode).")
-@click.option(
-    "--processes",
-    default=1,
-    show_default=True,
-    type=click.IntRange(1, 64),
-    help="HTTP mode: bot processes sharing the port (one per core); one that dies is replaced.",
-)
+@_processes_option("HTTP mode: bot processes on one port (one per core); a dead one is replaced.")
 @click.option("--listen-fd", type=int, default=None, hidden=True)
 @pass_settings
 def bot_run(
@@ -90,13 +91,7 @@ def bot_run(
 @cli.command(name="worker")
 @click.option("--burst", is_flag=True, help="Stop when the queue is empty.")
 @click.option("--name", default=None, help="Worker name (default: RQ's).")
-@click.option(
-    "--processes",
-    default=1,
-    show_default=True,
-    type=click.IntRange(1, 64),
-    help="Run this many workers and restart any that dies.",
-)
+@_processes_option("Run this many workers and restart any that dies.")
 @pass_settings
 def worker_run(settings: Settings, burst: bool, name: str | None, processes: int) -> None:
     """Run an RQ worker that posts cards and resumes decided approvals."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 
@@ -38,25 +39,34 @@ def test_a_lone_click_s_work_starts_as_soon_as_it_is_answered(recorded, monkeypa
     assert order == ["work"]
 
 
-def test_work_waits_while_another_request_is_being_answered(recorded, monkeypatch):
-    """In a burst every answer goes out before the work of the clicks already answered."""
-    order, done = recorded
-    monkeypatch.setattr(lazy, "YIELD_SECONDS", 30.0)
+@contextlib.contextmanager
+def _another_request(order: list[str]) -> Iterator[None]:
+    """Another request, being answered until the block ends (in a thread of its own)."""
     answering, release = threading.Event(), threading.Event()
 
-    def other_request() -> None:
+    def request() -> None:
         with lazy.answering():
             answering.set()
             release.wait(10)
             order.append("other answered")
 
-    other = threading.Thread(target=other_request)
+    other = threading.Thread(target=request)
     other.start()
-    assert answering.wait(5)
-    _click(order, done)
-    assert not done.wait(0.3), "the work ran while another request was being answered"
-    release.set()
-    other.join(5)
+    try:
+        assert answering.wait(5)
+        yield
+    finally:
+        release.set()
+        other.join(5)
+
+
+def test_work_waits_while_another_request_is_being_answered(recorded, monkeypatch):
+    """In a burst every answer goes out before the work of the clicks already answered."""
+    order, done = recorded
+    monkeypatch.setattr(lazy, "YIELD_SECONDS", 30.0)
+    with _another_request(order):
+        _click(order, done)
+        assert not done.wait(0.3), "the work ran while another request was being answered"
     assert done.wait(5)
     assert order == ["other answered", "work"]
 
@@ -65,20 +75,7 @@ def test_work_waits_no_longer_than_its_cap(recorded, monkeypatch):
     """A request that never ends does not starve the work: it runs after YIELD_SECONDS."""
     order, done = recorded
     monkeypatch.setattr(lazy, "YIELD_SECONDS", 0.2)
-    answering, release = threading.Event(), threading.Event()
-
-    def stuck_request() -> None:
-        with lazy.answering():
-            answering.set()
-            release.wait(10)
-
-    stuck = threading.Thread(target=stuck_request)
-    stuck.start()
-    try:
-        assert answering.wait(5)
+    with _another_request(order):
         _click(order, done)
         assert done.wait(5), "the work never ran"
         assert order == ["work"]
-    finally:
-        release.set()
-        stuck.join(5)
