@@ -80,8 +80,8 @@ class Settings:
     #: in-process (speed).
     worker_class: str = "Worker"
     job_timeout: int = 600
-    #: With SimpleWorker, one resume job runs up to this many decided approvals: its own and
-    #: those queued right behind it, sparing each RQ's per-job bookkeeping (1: one per job).
+    #: One resume job runs up to this many decided approvals: its own and those queued right
+    #: behind it, sparing each RQ's per-job bookkeeping and a fork (1: one per job and horse).
     resume_batch: int = 20
     #: Modules the worker may import tools from (and their submodules); anything else is refused.
     tool_modules: tuple[str, ...] = ()

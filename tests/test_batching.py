@@ -1,4 +1,4 @@
-"""A resume job goes on with the resumes queued right behind it (``SimpleWorker`` only).
+"""A resume job goes on with the resumes queued right behind it (both worker classes).
 
 Approvals are decided while no worker runs, so their jobs wait in the queue; then one
 ``approvals worker --burst`` drains it. What a user sees is the same as one job per approval:
@@ -24,7 +24,7 @@ from approvals.store import load
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.e2e import CHANNEL, block_text, card_showing, tool_runs
-from tests.processes import ROOT, approvals_command, wait_until
+from tests.processes import ROOT, approvals_command, start_worker, wait_until
 
 COMPLETED = ":checkered_flag: Completed"
 
@@ -115,20 +115,41 @@ def test_a_batch_of_one_gives_every_resume_its_own_job(slack, env, conn):
     assert len(tool_runs(env, "delete_path")) == 3
 
 
-def test_the_forking_worker_gives_every_resume_its_own_work_horse(slack, env, conn):
+def _nothing_left_started(conn: redis.Redis) -> None:
+    """Every job ended as RQ records it (a stale execution would stay "started" forever)."""
+    rq_queue = Queue(Settings.from_env().queue, connection=conn)
+    assert StartedJobRegistry(queue=rq_queue).get_job_ids() == []
+
+
+def test_the_forking_worker_runs_a_batch_in_one_work_horse(slack, env, conn):
+    """One job, one fork: the five resumes run in the same work-horse."""
+    ids = [_pause(f"/tmp/horse-{i}") for i in range(5)]
+    for approval_id in ids:
+        _approve(conn, approval_id)
+
+    output = _drain(env)  # the default worker class
+
+    assert _resume_jobs_kept(conn, ids) == ids[:1]
+    assert output.count(": worker.jobs.resume_approval(") == 1
+    runs = tool_runs(env, "delete_path")
+    assert sorted(r["arguments"]["path"] for r in runs) == [f"/tmp/horse-{i}" for i in range(5)]
+    assert len({r["pid"] for r in runs}) == 1
+    _each_shows_its_result(slack, conn, ids)
+    _nothing_left_started(conn)
+
+
+def test_a_batch_of_one_gives_every_resume_its_own_work_horse(slack, env, conn):
     ids = [_pause(f"/tmp/fork-{i}") for i in range(3)]
     for approval_id in ids:
         _approve(conn, approval_id)
 
-    _drain(env)  # the default worker class
+    _drain(env, APPROVALS_RESUME_BATCH="1")  # the default worker class
 
     assert _resume_jobs_kept(conn, ids) == ids
     pids = [r["pid"] for r in tool_runs(env, "delete_path")]
     assert len(pids) == len(set(pids)) == 3
-    # With jobs waiting, each next horse was forked while the one before ran; every job
-    # still ended as RQ records it (a stale execution would keep one "started" forever).
-    rq_queue = Queue(Settings.from_env().queue, connection=conn)
-    assert StartedJobRegistry(queue=rq_queue).get_job_ids() == []
+    # With jobs waiting, each next horse was forked while the one before ran.
+    _nothing_left_started(conn)
     assert {conn.hget(f"rq:job:resume-{a}", "status") for a in ids} == {b"finished"}
 
 
@@ -193,3 +214,32 @@ def test_a_job_takes_no_more_resumes_once_its_first_second_is_over(slack, env, c
     assert started["arguments"]["amount"] == 5
     assert _resume_jobs_kept(conn, [slow, quick]) == [slow, quick]
     _each_shows_its_result(slack, conn, [quick])
+
+
+def test_a_work_horse_shows_each_result_before_it_takes_the_next_resume(slack, env, conn, tmp_path):
+    """Slack is slow to redraw the first card: the horse waits for it before the second
+    resume's tool starts, so a tool that kills the horse cannot take a stored, unshown result
+    with it."""
+    first = _pause("/tmp/shown-first")
+    prompt = script(calls(("charge_card", {"amount": 7})), say("charged"))
+    outcome = run_agent("scripted", prompt, tools=[tools.charge_card])
+    assert outcome.pause_id
+    second = outcome.pause_id
+    _drain(env)  # posts both cards
+    _approve(conn, first)
+    _approve(conn, second)
+    slack.delay_next("chat.update", 0.5)  # the first card's redraw
+    hold = Path(env["HOLD_FILE"])
+    hold.touch()
+    worker = start_worker(env, tmp_path / "worker.log", f"shown-{time.time_ns()}")
+    try:
+        wait_until(lambda: tool_runs(env, "charge_card"), 30, "the second resume's tool")
+        card_ts = load(conn, first).card_ts
+        assert card_ts is not None
+        assert COMPLETED in block_text(slack.message(CHANNEL, card_ts))
+        hold.unlink()
+        assert wait_until(lambda: load(conn, second).status is Status.COMPLETED, 30, "done")
+        assert len({r["pid"] for r in tool_runs(env)}) == 1  # one horse ran both
+    finally:
+        hold.unlink(missing_ok=True)
+        worker.stop()

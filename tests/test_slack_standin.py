@@ -337,3 +337,27 @@ def test_bolt_app_handles_signed_requests(
     assert send_interaction(bolt_url, "wrong-secret", click)[0] == 401
     stale = int(time.time()) - 600
     assert send_interaction(bolt_url, SECRET, click, timestamp=stale)[0] == 401
+
+
+def test_a_delayed_call_is_answered_late_and_others_meanwhile(
+    client: WebClient, standin: SlackStandIn
+) -> None:
+    """``delay_next`` slows one call down; calls to other methods are not held up by it."""
+    ts = client.chat_postMessage(channel="C1", text="x")["ts"]
+    standin.delay_next("chat.update", 0.5)
+    finished: list[float] = []
+    slow = threading.Thread(
+        target=lambda: (
+            client.chat_update(channel="C1", ts=ts, text="y"),
+            finished.append(time.monotonic()),
+        )
+    )
+    started = time.monotonic()
+    slow.start()
+    client.chat_postMessage(channel="C1", text="meanwhile")
+    answered_meanwhile = time.monotonic()
+    slow.join(10)
+    assert finished and finished[0] - started >= 0.5
+    assert answered_meanwhile < finished[0]
+    client.chat_update(channel="C1", ts=ts, text="z")  # only the next call was delayed
+    assert standin.message("C1", ts).text == "z"

@@ -224,6 +224,7 @@ class SlackStandIn:
             self._live_views: dict[str, dict[str, Any]] = {}
             self._home_view_ids: dict[str, str] = {}
             self._faults: dict[str, list[_Fault]] = {}
+            self._delays: dict[str, list[float]] = {}
             self._response_urls: dict[int, dict[str, Any]] = {}
             self._ts_counter = itertools.count(1)
             self._view_counter = itertools.count(1)
@@ -345,6 +346,13 @@ class SlackStandIn:
             queue = self._faults.setdefault(method, [])
             queue.extend(_Fault(status, retry_after, error) for _ in range(count))
 
+    def delay_next(self, method: str, seconds: float, count: int = 1) -> None:
+        """Answer the next ``count`` calls to ``method`` only after ``seconds`` (a slow Slack)."""
+        if method not in self._methods:
+            raise ValueError(f"the stand-in does not implement {method!r}")
+        with self._lock:
+            self._delays.setdefault(method, []).extend([seconds] * count)
+
     # ------------------------------------------------------------------ HTTP entry points
 
     def _handle(self, verb: str, path: str, headers: Any, body: bytes) -> Reply:
@@ -370,6 +378,10 @@ class SlackStandIn:
             form_token = args.pop("token", None)
             if method not in self._methods:
                 raise ApiError("unknown_method")
+            with self._lock:
+                delays = self._delays.get(method)
+                delay = delays.pop(0) if delays else 0.0
+            time.sleep(delay)  # outside the lock: other calls are answered meanwhile
             self._check_auth(str(headers.get("Authorization") or ""), form_token)
             fault = self._take_fault(method)
             if fault is not None and fault.error is not None:
