@@ -67,7 +67,8 @@ class _Answers:
         finally:
             with self._changed:
                 self._in_flight -= 1
-                self._changed.notify_all()
+                if not self._in_flight:
+                    self._changed.notify_all()
 
     def arrival(self) -> int:
         """Which arrival the request this thread is answering was (0 outside a request)."""
