@@ -63,9 +63,10 @@ def run_worker(settings: Settings, *, burst: bool = False, name: str | None = No
 class ForkingWorker(Worker):
     """RQ's forking worker, forking only for the jobs that run agent code.
 
-    A resume runs the user's tools and model: it gets its own work-horse, so a tool that
-    crashes, leaks or changes process state cannot touch the worker or the next job, and
-    the tools and model are readied here first so every horse inherits them. The project's
+    A resume runs the user's tools and model: it runs in a work-horse (with the resumes
+    queued right behind it, unless ``APPROVALS_RESUME_BATCH`` is 1), so a tool that crashes,
+    leaks or changes process state cannot touch the worker, and the tools and model are
+    readied here first so every horse inherits them. The project's
     own jobs (posting and redrawing cards, thread replies, deadlines) run no agent code and
     take milliseconds: they run in the worker process, as ``SimpleWorker`` runs every job,
     instead of paying for a fork each (bench B4: 23 ms to a posted card, against 7 ms).
