@@ -18,6 +18,11 @@ from approvals import cards, store
 from approvals.config import Settings
 from approvals.models import Approval
 
+log = logging.getLogger(__name__)
+
+#: Claimed (with the decision's time) by whoever shows a decision on the card first.
+DECISION_SHOWN = "decision_shown"
+
 
 def web_client(settings: Settings) -> WebClient:
     """A ``WebClient`` for ``SLACK_BOT_TOKEN`` at ``SLACK_API_URL`` that retries politely."""
@@ -72,15 +77,38 @@ def update_card(client: WebClient, approval: Approval) -> None:
 
 
 def reply(client: WebClient, approval: Approval, blocks: list[cards.Block], text: str) -> None:
-    """Post into the card's thread (the parent's thread, when the card is itself a reply)."""
+    """Post into the card's thread (the parent's thread, when the card is itself a reply).
+
+    Nothing is posted while the card's ts is not recorded yet: a reply must never land in
+    the channel itself (``announce_decision`` says who shows a decision made meanwhile).
+    """
     thread = approval.thread_ts or approval.card_ts
+    if approval.card_ts is None:
+        log.warning("approval %s has no card yet; not replying in its thread", approval.id)
+        return
     client.chat_postMessage(channel=approval.channel, thread_ts=thread, text=text, blocks=blocks)
 
 
-def announce_decision(client: WebClient, approval: Approval) -> None:
-    """Show a decision: the card loses its buttons, the thread records who decided what."""
-    update_card(client, approval)
-    reply(client, approval, cards.build_decision_message(approval), cards.decision_line(approval))
+def announce_decision(client: WebClient, conn: redis.Redis, approval: Approval) -> None:
+    """Show a decision: the card loses its buttons, the thread records who decided what.
+
+    The thread reply comes once per decision. A click can be decided before the worker has
+    recorded the card it just posted (the card is on screen a moment earlier); then the
+    decider has nothing to redraw, and ``worker.jobs.post_card`` shows the decision once the
+    card is recorded. Both may look at once, so each claims the reply first.
+    """
+    if approval.card_ts is None or approval.decision is None:
+        return
+    update_card(client, approval)  # the same redraw twice is harmless; two replies are not
+    shown = f"{DECISION_SHOWN}:{approval.decision.at!r}"
+    if not store.claim(conn, approval.id, shown):
+        return
+    try:
+        line = cards.decision_line(approval)
+        reply(client, approval, cards.build_decision_message(approval), line)
+    except Exception:
+        store.release(conn, approval.id, shown)
+        raise
 
 
 def announce_vote(client: WebClient, approval: Approval) -> None:
@@ -100,8 +128,19 @@ def warn_expiry(client: WebClient, approval: Approval) -> None:
     reply(client, approval, cards.build_warning_message(approval), "This request expires soon")
 
 
+class CardNotRecorded(Exception):
+    """The card's ts is not recorded yet (it is being posted): try again in a moment."""
+
+
 def announce_result(client: WebClient, approval: Approval) -> None:
-    """Show how the resumed run ended, on the card and in the thread."""
+    """Show how the resumed run ended, on the card and in the thread.
+
+    Raises:
+        CardNotRecorded: the run ended before its card's ts was recorded; the publish job
+            that RQ retries reads the record again.
+    """
+    if approval.card_ts is None:
+        raise CardNotRecorded(approval.id)
     update_card(client, approval)
     for blocks in cards.build_result_messages(approval):
         reply(client, approval, blocks, cards.build_card_text(approval))

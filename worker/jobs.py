@@ -141,6 +141,12 @@ def post_card(approval_id: str) -> str | None:
         if store.set_card(_conn(), approval_id, ts):
             store.audit(_conn(), approval_id, "card_posted", "bot", channel=approval.channel, ts=ts)
         log.info("card posted in %s (ts %s)", approval.channel, ts)
+        # Someone may have clicked the card before its ts was recorded (see announce_decision).
+        now = store.load(_conn(), approval_id)
+        if now.status is not Status.PENDING:
+            slack.announce_decision(_client(), _conn(), now)
+        elif now.votes:
+            slack.update_card(_client(), now)  # the count so far
         return ts
     finally:
         # Posted: the card's ts stops any later attempt. Refused: the retry may post it.
@@ -150,7 +156,7 @@ def post_card(approval_id: str) -> str | None:
 @_about_approval
 def announce_decision(approval_id: str) -> None:
     """Redraw the card and reply in its thread after a decision made outside Slack."""
-    slack.announce_decision(_client(), store.load(_conn(), approval_id))
+    slack.announce_decision(_client(), _conn(), store.load(_conn(), approval_id))
 
 
 @_about_approval
@@ -159,7 +165,7 @@ def expire_approval(approval_id: str) -> str:
     expired = review.expire(_conn(), _settings(), approval_id)
     if expired is None:
         return "decided in time"
-    slack.announce_decision(_client(), expired)
+    slack.announce_decision(_client(), _conn(), expired)
     return "expired"
 
 

@@ -85,7 +85,7 @@ def handle_approve(
         needed = approval.policy.approvals_required
         _tell(respond, f"Your approval is counted: {len(approval.votes)} of {needed}.")
         return
-    slack.announce_decision(client, approval)
+    slack.announce_decision(client, runtime.conn, approval)
     container = body.get("container")
     if isinstance(container, dict) and container.get("is_ephemeral"):
         _tell(respond, f"Approved `{approval.tool_name}` ({approval.id}).")

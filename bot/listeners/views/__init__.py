@@ -132,7 +132,7 @@ def _decide(
     except ApprovalsError as exc:
         client.chat_postEphemeral(channel=approval.channel, user=form.user, text=explain(exc))
         return
-    slack.announce_decision(client, decided)
+    slack.announce_decision(client, runtime.conn, decided)
 
 
 def _visible(errors: dict[str, str], approval: Approval) -> dict[str, str]:
