@@ -11,6 +11,9 @@ work to a small pool. (Bolt's own lazy listeners do the same but deep-copy the w
 first, in the request's thread.) Not wrapped: modal submissions, whose validation errors
 have to be in the answer itself, and the buttons that open a modal, which must not wait
 behind other work for the 3 s their ``trigger_id`` lives.
+
+The work also waits (briefly) for a quiet moment: while other requests are being answered,
+the pool would only take the interpreter from them (``_Answers``).
 """
 
 from __future__ import annotations
