@@ -82,10 +82,10 @@ def reply(client: WebClient, approval: Approval, blocks: list[cards.Block], text
     Nothing is posted while the card's ts is not recorded yet: a reply must never land in
     the channel itself (``announce_decision`` says who shows a decision made meanwhile).
     """
-    thread = approval.thread_ts or approval.card_ts
     if approval.card_ts is None:
         log.warning("approval %s has no card yet; not replying in its thread", approval.id)
         return
+    thread = approval.thread_ts or approval.card_ts
     client.chat_postMessage(channel=approval.channel, thread_ts=thread, text=text, blocks=blocks)
 
 

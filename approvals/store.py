@@ -488,7 +488,19 @@ def card_posted(conn: redis.Redis, approval_id: str) -> bool:
 
 def set_card(conn: redis.Redis, approval_id: str, card_ts: str) -> bool:
     """Remember where the card was posted; False if a card was already recorded."""
-    return bool(conn.hsetnx(approval_key(approval_id), "card_ts", card_ts))
+    return record_card(conn, approval_id, card_ts)[0]
+
+
+def record_card(conn: redis.Redis, approval_id: str, card_ts: str) -> tuple[bool, Approval]:
+    """``set_card``, and the approval as it is at that moment, in one atomic round trip (a
+    click may have decided it while its card was being posted)."""
+    pipe = conn.pipeline(transaction=True)
+    pipe.hsetnx(approval_key(approval_id), "card_ts", card_ts)
+    pipe.hgetall(approval_key(approval_id))
+    recorded, raw = pipe.execute()
+    if not raw:
+        raise UnknownApproval(approval_id)
+    return bool(recorded), _from_hash(approval_id, raw)
 
 
 def lock(conn: redis.Redis, approval_id: str, purpose: str, ttl: int) -> bool:

@@ -138,11 +138,11 @@ def post_card(approval_id: str) -> str | None:
         if store.card_posted(_conn(), approval_id):  # by the attempt that held the lock before
             return None
         ts = slack.post_card(_client(), approval)
-        if store.set_card(_conn(), approval_id, ts):
+        recorded, now = store.record_card(_conn(), approval_id, ts)
+        if recorded:
             store.audit(_conn(), approval_id, "card_posted", "bot", channel=approval.channel, ts=ts)
         log.info("card posted in %s (ts %s)", approval.channel, ts)
         # Someone may have clicked the card before its ts was recorded (see announce_decision).
-        now = store.load(_conn(), approval_id)
         if now.status is not Status.PENDING:
             slack.announce_decision(_client(), _conn(), now)
         elif now.votes:
@@ -190,9 +190,7 @@ def resume_approval(approval_id: str) -> str:
     """
     conn, settings = _conn(), _settings()
     started = time.monotonic()
-    if settings.resume_batch == 1:
-        return _resume_once(conn, settings, approval_id, _publish_now)
-    if settings.worker_class != "SimpleWorker":
+    if settings.worker_class != "SimpleWorker" or settings.resume_batch == 1:
         # In a work-horse each result is shown before the next resume is taken: a tool that
         # kills the horse must not take a result already stored, but not yet shown, with it.
         outcome = _resume_once(conn, settings, approval_id, _publish_now)
