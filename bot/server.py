@@ -1,7 +1,7 @@
-"""Serving the Bolt app: waitress over HTTP, or Socket Mode.
+"""Serving the Bolt app: over HTTP (``bot.httpd``), or Socket Mode.
 
 Bolt's ``app.start()`` is a single-threaded development server that reset connections in a
-burst of 20 clicks; Slack does not retry a click, so HTTP mode runs on waitress with threads.
+burst of 20 clicks; Slack does not retry a click, so HTTP mode runs on threads of its own.
 
 One Python process answers on one core at a time (the interpreter lock), so ``--processes N``
 runs N bot processes that accept from one listening socket, opened before they start: the
@@ -21,19 +21,18 @@ from typing import Any
 from slack_bolt import App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 
+from bot import httpd
 from bot.listeners.lazy import answering
 
 EVENTS_PATH = "/slack/events"
 HEALTH_PATH = "/healthz"
 #: Slack's largest payloads (views) are 250 kB; anything much bigger is not from Slack.
 MAX_BODY_BYTES = 1024 * 1024
-#: Connections the kernel holds while every thread is busy (waitress's default too).
+#: Connections the kernel holds while every thread is busy.
 BACKLOG = 1024
 
-WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
-
-def wsgi_app(app: App) -> WSGIApp:
+def wsgi_app(app: App) -> httpd.WSGIApp:
     """Bolt at ``/slack/events`` plus a ``/healthz`` for load balancers and tests."""
     bolt = SlackRequestHandler(app, path=EVENTS_PATH)
 
@@ -66,20 +65,10 @@ def listen(host: str, port: int) -> socket.socket:
 
 def serve_http(app: App, sock: socket.socket, threads: int) -> None:
     """Answer requests on ``sock`` until the process is stopped."""
-    from waitress.server import create_server
-
     # Everything loaded so far lives as long as the process: out of the collector's sight,
     # a full collection during a burst of clicks no longer walks it (tens of ms, bench B2).
     gc.freeze()
-    server = create_server(
-        wsgi_app(app),
-        sockets=[sock],
-        threads=threads,
-        backlog=BACKLOG,
-        max_request_body_size=MAX_BODY_BYTES,
-        ident="approvals",
-    )
-    server.run()
+    httpd.serve(wsgi_app(app), sock, threads, MAX_BODY_BYTES)
 
 
 def run_replicas(sock: socket.socket, threads: int, processes: int) -> None:
