@@ -58,6 +58,8 @@ def cli() -> None:
 @click.option("--threads", default=8, show_default=True, help="Request threads (HTTP mode).")
 @_processes_option("HTTP mode: bot processes on one port (one per core); a dead one is replaced.")
 @click.option("--listen-fd", type=int, default=None, hidden=True)
+@click.option("--board-fd", type=int, default=None, hidden=True)
+@click.option("--board-slot", type=int, default=0, hidden=True)
 @pass_settings
 def bot_run(
     settings: Settings,
@@ -66,26 +68,30 @@ def bot_run(
     threads: int,
     processes: int,
     listen_fd: int | None,
+    board_fd: int | None,
+    board_slot: int,
 ) -> None:
     """Run the Slack app: Socket Mode if SLACK_APP_TOKEN is set, else HTTP at /slack/events."""
     import socket
 
     from approvals.logs import configure_logging
-    from bot.app import check_settings, create_app
-    from bot.server import listen, run_replicas, serve_http, serve_socket_mode
+    from bot.app import check_settings, create_bot
+    from bot.server import join_board, listen, run_replicas, serve_http, serve_socket_mode
 
     configure_logging(settings)
     check_settings(settings)
     if settings.slack_app_token:
         if processes > 1:
             raise click.UsageError("--processes is for HTTP mode; Socket Mode runs one process")
-        serve_socket_mode(create_app(settings), settings.slack_app_token)
+        serve_socket_mode(create_bot(settings).app, settings.slack_app_token)
     elif listen_fd is not None:  # a replica started by run_replicas
-        serve_http(create_app(settings), socket.socket(fileno=listen_fd), threads)
+        if board_fd is not None:
+            join_board(board_fd, board_slot)
+        serve_http(create_bot(settings), socket.socket(fileno=listen_fd), threads)
     elif processes > 1:
         run_replicas(listen(host, port), threads, processes)
     else:
-        serve_http(create_app(settings), listen(host, port), threads)
+        serve_http(create_bot(settings), listen(host, port), threads)
 
 
 @cli.command(name="worker")

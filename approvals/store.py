@@ -474,8 +474,11 @@ def first_sighting(conn: redis.Redis, signature: str, ttl: int) -> bool:
     """Remember a request signature for ``ttl`` seconds; False when it was remembered already.
 
     Every bot replica shares these keys, so a replayed request is refused wherever it lands.
+    On the path of every click's answer, hence ``execute_command``: ``conn.set()`` inspects
+    its arguments for deprecations first, a quarter of the call's time (bench B2).
     """
-    return bool(conn.set(seen_key(signature), b"1", nx=True, ex=ttl))
+    reply = conn.execute_command("SET", seen_key(signature), b"1", "NX", "EX", ttl)  # type: ignore[no-untyped-call]
+    return bool(reply)
 
 
 def pending_count(conn: redis.Redis) -> int:

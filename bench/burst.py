@@ -43,7 +43,10 @@ def send_all(url: str, requests: list[bytes], timeout: float = 60) -> list[tuple
     results: list[tuple[int, float]] = [(0, 0.0)] * len(requests)
     for index, data in enumerate(requests):
         started = time.perf_counter()
-        sock = socket.create_connection(address, timeout=timeout)
+        # Not create_connection(): its name lookup per request was a third of the client's time.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        sock.connect(address)
         sock.sendall(data)
         sock.setblocking(False)
         selector.register(sock, selectors.EVENT_READ, (index, started, bytearray()))

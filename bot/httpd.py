@@ -19,8 +19,10 @@ recommends, answer the same way.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import logging
+import re
 import socket
 import sys
 import threading
@@ -28,6 +30,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from email.utils import formatdate
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote_to_bytes, urlsplit
 
@@ -42,20 +45,6 @@ READ_TIMEOUT = 10.0
 #: After refusing a request whose body was not read, how long its body may still be drained
 #: so that closing does not reset the connection before the client reads the answer.
 DRAIN_SECONDS = 1.0
-
-_REASONS = {
-    100: "Continue",
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    408: "Request Timeout",
-    411: "Length Required",
-    413: "Content Too Large",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    501: "Not Implemented",
-    505: "HTTP Version Not Supported",
-}
 
 
 class Refused(Exception):
@@ -110,8 +99,10 @@ class _Server:
         while True:
             try:
                 conn, address = self.sock.accept()
-            except OSError as exc:  # e.g. too many open files: back off, keep serving
-                log.warning("accept failed: %s", exc)
+            except OSError as exc:
+                if exc.errno in (errno.EBADF, errno.EINVAL):
+                    return  # the socket was closed: the server is stopping
+                log.warning("accept failed: %s", exc)  # e.g. too many open files: back off
                 time.sleep(0.1)
                 continue
             try:
@@ -123,25 +114,25 @@ class _Server:
 
     def answer(self, conn: socket.socket, address: Any) -> None:
         """Read one request from ``conn``, answer it; the caller closes the connection."""
-        conn.settimeout(READ_TIMEOUT)
         request: Request | None = None
         try:
-            request = read_request(conn, self.max_body)
+            request = read_request(conn, self.max_body, time.monotonic() + READ_TIMEOUT)
             if request is None:
                 return  # closed before sending anything
-            status, headers, body = self.call_app(request, address)
+            response = self.call_app(request, address)
         except Refused as refused:
-            status, headers = refused.status, [("Content-Type", "text/plain")]
-            body = refused.reason.encode()
+            status = f"{refused.status} {HTTPStatus(refused.status).phrase}"
+            headers = [("Content-Type", "text/plain")]
+            response = response_bytes(status, headers, refused.reason.encode())
         except (TimeoutError, ConnectionError):
             return  # the client stalled or went away: nobody to answer
-        head_only = request is not None and request.method == "HEAD"
         with contextlib.suppress(OSError):
-            conn.sendall(response_bytes(status, headers, b"" if head_only else body))
+            conn.sendall(response)
             if request is None or not request.body_read:
                 _drain(conn)
 
-    def call_app(self, request: Request, address: Any) -> tuple[int, list[tuple[str, str]], bytes]:
+    def call_app(self, request: Request, address: Any) -> bytes:
+        """The whole response of the app to ``request`` (a 500 when the app fails)."""
         started: list[tuple[str, list[tuple[str, str]]]] = []
         written: list[bytes] = []
 
@@ -153,32 +144,41 @@ class _Server:
             started[:] = [(status, headers)]
             return written.append
 
-        environ = self.environ(request, address)
         try:
-            result = self.app(environ, start_response)
+            result = self.app(self.environ(request, address), start_response)
             try:
                 written.extend(result)
             finally:
                 close = getattr(result, "close", None)
                 if close is not None:
                     close()
+            if not started:
+                raise RuntimeError("the app returned without calling start_response")
+            status, headers = started[0]
+            if not _STATUS.fullmatch(status):
+                raise ValueError(f"the app answered with a malformed status {status!r}")
+            body = b"".join(written)
+            if request.method == "HEAD":  # the GET's headers, its Content-Length too, no body
+                return response_bytes(status, headers, b"", len(body))
+            return response_bytes(status, headers, body)
         except Exception:
             log.exception("the app failed on %s %s", request.method, request.target)
-            return 500, [("Content-Type", "text/plain")], b"internal error"
-        if not started:
-            log.error("the app returned without calling start_response")
-            return 500, [("Content-Type", "text/plain")], b"internal error"
-        status, headers = started[0]
-        return int(status.split(" ", 1)[0]), headers, b"".join(written)
+            return response_bytes(
+                "500 Internal Server Error", [("Content-Type", "text/plain")], b"internal error"
+            )
 
     def environ(self, request: Request, address: Any) -> dict[str, Any]:
         """The WSGI environ (PEP 3333) of ``request``."""
-        target = urlsplit(request.target)
+        if request.target.startswith("/"):  # urlsplit would read "//a/b" as host a, path /b
+            path, _, query = request.target.partition("?")
+        else:  # absolute form: http://host/path?query
+            target = urlsplit(request.target)
+            path, query = target.path, target.query
         environ: dict[str, Any] = {
             "REQUEST_METHOD": request.method,
             "SCRIPT_NAME": "",
-            "PATH_INFO": unquote_to_bytes(target.path).decode("latin-1"),
-            "QUERY_STRING": target.query,
+            "PATH_INFO": unquote_to_bytes(path).decode("latin-1"),
+            "QUERY_STRING": query,
             "SERVER_NAME": self.server_name,
             "SERVER_PORT": self.server_port,
             "SERVER_PROTOCOL": request.version,
@@ -203,8 +203,9 @@ class _Server:
         return environ
 
 
-def read_request(conn: socket.socket, max_body: int) -> Request | None:
-    """Read one request (head and body) from ``conn``; None if it closes before sending any.
+def read_request(conn: socket.socket, max_body: int, deadline: float) -> Request | None:
+    """Read one request (head and body) from ``conn`` by ``deadline`` (``time.monotonic()``);
+    None if it closes before sending any.
 
     Raises:
         Refused: the request is malformed, too large, or asks for what this server does not do.
@@ -217,7 +218,7 @@ def read_request(conn: socket.socket, max_body: int) -> Request | None:
             break
         if len(buffer) > MAX_HEAD_BYTES:
             raise Refused(431, "request head too large")
-        chunk = conn.recv(65536)
+        chunk = _recv(conn, 65536, deadline)
         if not chunk:
             if buffer:
                 raise ConnectionResetError("closed in the middle of the request head")
@@ -233,14 +234,14 @@ def read_request(conn: socket.socket, max_body: int) -> Request | None:
         if request.headers["transfer-encoding"].lower() != "chunked":
             raise Refused(501, "only the chunked transfer coding is supported")
         _continue(conn, request)
-        request.body = _read_chunked(conn, rest, max_body)
+        request.body = _read_chunked(conn, rest, max_body, deadline)
     else:
         length = content_length(request)
         if length > max_body:
             raise Refused(413, "request body too large")
         if length:
             _continue(conn, request)
-        request.body = _read_exactly(conn, rest, length)
+        request.body = _read_exactly(conn, rest, length, deadline)
     request.body_read = True
     return request
 
@@ -286,19 +287,26 @@ def content_length(request: Request) -> int:
         if request.method in ("POST", "PUT", "PATCH"):
             raise Refused(411, "Content-Length required")
         return 0
-    if not value.isdigit() or len(value) > 18:
+    # isascii(): isdigit() alone takes "\xb2" (superscript two), which int() refuses.
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
         raise Refused(400, "malformed Content-Length")
     return int(value)
 
 
-def response_bytes(status: int, headers: list[tuple[str, str]], body: bytes) -> bytes:
-    """The whole response: status line, the app's headers plus framing, body."""
-    lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}"]
+def response_bytes(
+    status: str, headers: list[tuple[str, str]], body: bytes, length: int | None = None
+) -> bytes:
+    """The whole response: status line, the app's headers plus framing, body.
+
+    Raises:
+        UnicodeEncodeError: a header is not latin-1 (WSGI allows no other).
+    """
+    lines = [f"HTTP/1.1 {status}"]
     for name, value in headers:
         if name.lower() not in ("content-length", "connection", "transfer-encoding", "date"):
             lines.append(f"{name}: {value}")
     lines += [
-        f"Content-Length: {len(body)}",
+        f"Content-Length: {len(body) if length is None else length}",
         "Connection: close",
         f"Date: {_date()}",
         "",
@@ -307,11 +315,14 @@ def response_bytes(status: int, headers: list[tuple[str, str]], body: bytes) -> 
     return "\r\n".join(lines).encode("latin-1") + body
 
 
-_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+#: A WSGI status: code and reason phrase.
+_STATUS = re.compile(r"[1-5][0-9][0-9] [^\r\n]*")
+#: A header name (RFC 9110 ``token``).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 def _is_token(name: str) -> bool:
-    return all(c in _TOKEN for c in name)
+    return _TOKEN.fullmatch(name) is not None
 
 
 def _continue(conn: socket.socket, request: Request) -> None:
@@ -321,18 +332,28 @@ def _continue(conn: socket.socket, request: Request) -> None:
         conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
 
 
-def _read_exactly(conn: socket.socket, start: bytes, length: int) -> bytes:
+def _recv(conn: socket.socket, size: int, deadline: float) -> bytes:
+    """``conn.recv(size)``, or TimeoutError at ``deadline``: a client trickling its request
+    in a byte at a time does not hold a thread for longer than one that sends nothing."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the request took too long to arrive")
+    conn.settimeout(left)
+    return conn.recv(size)
+
+
+def _read_exactly(conn: socket.socket, start: bytes, length: int, deadline: float) -> bytes:
     body = bytearray(start[:length])
     while len(body) < length:
-        chunk = conn.recv(min(length - len(body), 1 << 20))
+        chunk = _recv(conn, min(length - len(body), 1 << 20), deadline)
         if not chunk:
             raise ConnectionResetError("closed in the middle of the body")
         body += chunk
     return bytes(body)
 
 
-def _read_chunked(conn: socket.socket, start: bytes, max_body: int) -> bytes:
-    reader = _Reader(conn, start)
+def _read_chunked(conn: socket.socket, start: bytes, max_body: int, deadline: float) -> bytes:
+    reader = _Reader(conn, start, deadline)
     body = bytearray()
     while True:
         size_line = reader.line().split(b";", 1)[0].strip()
@@ -356,12 +377,13 @@ def _read_chunked(conn: socket.socket, start: bytes, max_body: int) -> bytes:
 class _Reader:
     """Lines and byte counts from a socket, after what was already read."""
 
-    def __init__(self, conn: socket.socket, start: bytes) -> None:
+    def __init__(self, conn: socket.socket, start: bytes, deadline: float) -> None:
         self.conn = conn
+        self.deadline = deadline
         self.buffer = bytearray(start)
 
     def _fill(self) -> None:
-        chunk = self.conn.recv(65536)
+        chunk = _recv(self.conn, 65536, self.deadline)
         if not chunk:
             raise ConnectionResetError("closed in the middle of the body")
         self.buffer += chunk

@@ -16,13 +16,16 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Iterable
+from http import HTTPStatus
 from typing import Any
 
 from slack_bolt import App
-from slack_bolt.adapter.wsgi import SlackRequestHandler
 
 from bot import httpd
-from bot.listeners.lazy import answering
+from bot.app import Bot, Request
+from bot.board import Board
+from bot.board import create as create_board
+from bot.listeners.lazy import answering, share_board
 
 EVENTS_PATH = "/slack/events"
 HEALTH_PATH = "/healthz"
@@ -32,25 +35,47 @@ MAX_BODY_BYTES = 1024 * 1024
 BACKLOG = 1024
 
 
-def wsgi_app(app: App) -> httpd.WSGIApp:
-    """Bolt at ``/slack/events`` plus a ``/healthz`` for load balancers and tests."""
-    bolt = SlackRequestHandler(app, path=EVENTS_PATH)
+def wsgi_app(bot: Bot) -> httpd.WSGIApp:
+    """The bot at ``/slack/events`` plus a ``/healthz`` for load balancers and tests."""
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") == HEALTH_PATH:
+        path = environ.get("PATH_INFO")
+        if path == HEALTH_PATH:
             start_response("200 OK", [("Content-Type", "text/plain")])
             return [b"ok"]
+        if path != EVENTS_PATH or environ.get("REQUEST_METHOD") != "POST":
+            start_response("404 Not Found", [("Content-Type", "text/plain;charset=utf-8")])
+            return [b"Not Found"]
         try:
             with answering():
-                return bolt(environ, start_response)
+                response = bot.answer(bot_request(environ))
         except (AttributeError, LookupError, RecursionError, TypeError, ValueError):
             # Bolt parses the body before any listener runs and raises on malformed JSON or
             # form data, on JSON that is not an object and on JSON nested too deeply; such a
             # request changed nothing, so it gets a 400, not a 500.
             start_response("400 Bad Request", [("Content-Type", "text/plain")])
             return [b"malformed request"]
+        status = HTTPStatus(response.status)
+        headers = [(name, value) for name, values in response.headers.items() for value in values]
+        start_response(f"{status.value} {status.phrase}", headers)
+        return [response.body.encode()]
 
     return application
+
+
+def bot_request(environ: dict[str, Any]) -> Request:
+    """The request as the bot reads it (what Bolt's own WSGI adapter reads)."""
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    raw_body = environ["wsgi.input"].read(length).decode()
+    headers = {
+        name[5:].lower().replace("_", "-"): value
+        for name, value in environ.items()
+        if name.startswith("HTTP_")
+    }
+    for name in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        if name in environ:
+            headers[name.lower().replace("_", "-")] = environ[name]
+    return Request(raw_body, environ.get("QUERY_STRING", ""), headers)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -63,30 +88,38 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_http(app: App, sock: socket.socket, threads: int) -> None:
+def serve_http(bot: Bot, sock: socket.socket, threads: int) -> None:
     """Answer requests on ``sock`` until the process is stopped."""
     # Everything loaded so far lives as long as the process: out of the collector's sight,
     # a full collection during a burst of clicks no longer walks it (tens of ms, bench B2).
     gc.freeze()
-    httpd.serve(wsgi_app(app), sock, threads, MAX_BODY_BYTES)
+    httpd.serve(wsgi_app(bot), sock, threads, MAX_BODY_BYTES)
 
 
 def run_replicas(sock: socket.socket, threads: int, processes: int) -> None:
     """Keep ``processes`` bot processes answering on ``sock``; one that dies is replaced.
 
-    Each is a plain ``approvals bot`` child given the socket's descriptor; Ctrl-C or SIGTERM
-    stops them all.
+    Each is a plain ``approvals bot`` child given the socket's descriptor and its slot on the
+    replicas' shared board (``bot.board``); Ctrl-C or SIGTERM stops them all.
     """
     from approvals.supervisor import ChildSpec, Supervisor
 
-    fd = sock.fileno()
+    fd, board = sock.fileno(), create_board(processes)
     argv = [sys.executable, "-m", "approvals", "bot", "--threads", str(threads)]
-    argv += ["--listen-fd", str(fd)]
-    specs = [ChildSpec(f"bot-{i + 1}", argv, pass_fds=(fd,)) for i in range(processes)]
+    argv += ["--listen-fd", str(fd), "--board-fd", str(board)]
+    specs = [
+        ChildSpec(f"bot-{i + 1}", [*argv, "--board-slot", str(i)], pass_fds=(fd, board))
+        for i in range(processes)
+    ]
     supervisor = Supervisor(specs, sys.stdout, label="approvals bot")
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: supervisor.stop())
     supervisor.run()
+
+
+def join_board(fd: int, slot: int) -> None:
+    """In a replica: share what it answers with the others (see ``bot.board``)."""
+    share_board(Board(fd, slot))
 
 
 def serve_socket_mode(app: App, app_token: str) -> None:

@@ -66,6 +66,8 @@ def test_two_bot_processes_share_one_port_and_a_dead_one_is_replaced(
 
         victim, survivor = sorted(first)
         os.kill(victim, signal.SIGKILL)
+        # A connection the victim took in the instant before it died is reset with it.
+        wait_until(lambda: not _alive(victim), 10, "the killed replica to die")
         assert [get(health) for _ in range(20)] == [200] * 20  # the survivor answers at once
         second = wait_until(
             lambda: len(_replicas(parent) - {victim}) == 2 and _replicas(parent),

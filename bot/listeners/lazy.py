@@ -6,11 +6,16 @@ pool and had the request thread poll for its ``ack()`` every 10 ms, so in a burs
 each answer waited behind the Redis and Slack calls of the clicks before it (bench B2).
 
 Work whose result is not part of the HTTP answer (a decision, a Slack update, a listing sent
-to ``response_url``) is wrapped with ``acknowledged``: the listener acknowledges and hands the
-work to a small pool. (Bolt's own lazy listeners do the same but deep-copy the whole request
-first, in the request's thread.) Not wrapped: modal submissions, whose validation errors
-have to be in the answer itself, and the buttons that open a modal, which must not wait
-behind other work for the 3 s their ``trigger_id`` lives.
+to ``response_url``) is registered through ``Acknowledged``: the listener acknowledges and
+hands the work to a small pool. (Bolt's own lazy listeners do the same but deep-copy the whole
+request first, in the request's thread.) Not acknowledged: modal submissions, whose
+validation errors have to be in the answer itself, and the buttons that open a modal, which
+must not wait behind other work for the 3 s their ``trigger_id`` lives.
+
+Over HTTP the answer to such a request is known before Bolt routes it: an empty 200 once its
+signature, form and replay checks pass. So the bot answers then, and Bolt's middleware and
+routing run on the pool too (``Bot.answer``): they were most of a click's time on the answer
+path (bench B2: 50 clicks in flight on two cores).
 
 The work also waits (briefly) for a quiet moment: while other requests are being answered,
 the pool would only take the interpreter from them (``_Answers``).
@@ -25,7 +30,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
+
+from slack_bolt import App
+
+from bot.board import Board
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +67,11 @@ class _Answers:
         self._arrivals = 0
         self._last_arrival = 0.0
         self._current = threading.local()
+        self._board: Board | None = None
+
+    def share(self, board: Board) -> None:
+        """Publish this replica's requests on ``board`` and wait for the other replicas too."""
+        self._board = board
 
     @contextlib.contextmanager
     def answering(self) -> Iterator[None]:
@@ -65,13 +80,19 @@ class _Answers:
             self._arrivals += 1
             self._last_arrival = time.monotonic()
             self._current.arrival = self._arrivals
+            self._publish()
         try:
             yield
         finally:
             with self._changed:
                 self._in_flight -= 1
+                self._publish()
                 if not self._in_flight:
                     self._changed.notify_all()
+
+    def _publish(self) -> None:
+        if self._board is not None:
+            self._board.publish(self._in_flight, self._last_arrival)
 
     def arrival(self) -> int:
         """Which arrival the request this thread is answering was (0 outside a request)."""
@@ -89,6 +110,10 @@ class _Answers:
                     wait = deadline - now
                 elif self._arrivals > arrival and now - self._last_arrival < BURST_GAP_SECONDS:
                     wait = self._last_arrival + BURST_GAP_SECONDS - now
+                elif self._board is not None and (
+                    others := self._board.others_busy(now, BURST_GAP_SECONDS)
+                ):
+                    wait = others  # other replicas cannot notify: look again after a gap
                 else:
                     return
                 self._changed.wait(min(wait, deadline - now))
@@ -96,6 +121,64 @@ class _Answers:
 
 _answers = _Answers()
 answering = _answers.answering
+share_board = _answers.share
+
+
+#: Set in Bolt's request context when the HTTP answer went out before Bolt saw the request:
+#: the listener is then already on the pool, after a quiet moment.
+ANSWERED = "approvals_answered"
+
+#: A request's route as Bolt matches it: ("action", action_id), ("command", "/name") or
+#: ("event", event type).
+Route = tuple[str, str]
+
+
+@dataclass
+class Acknowledged:
+    """The acknowledged listeners of one app, and the routes they answer."""
+
+    app: App
+    routes: set[Route] = field(default_factory=set)
+
+    def action(self, action_id: str, handler: Callable[..., None]) -> None:
+        self.app.action(action_id)(acknowledged(handler))
+        self.routes.add(("action", action_id))
+
+    def command(self, command: str, handler: Callable[..., None]) -> None:
+        self.app.command(command)(acknowledged(handler))
+        self.routes.add(("command", command))
+
+    def event(self, event_type: str, handler: Callable[..., None]) -> None:
+        self.app.event(event_type)(acknowledged(handler))
+        self.routes.add(("event", event_type))
+
+    def covers(self, body: dict[str, Any]) -> bool:
+        """Whether Bolt would route ``body`` to one of these listeners."""
+        route = route_of(body)
+        return route is not None and route in self.routes
+
+
+def route_of(body: dict[str, Any]) -> Route | None:
+    """The route of a parsed request body, as Bolt's matchers read it; None for the others
+    (view submissions, URL verification, anything malformed)."""
+    kind = body.get("type")
+    if kind == "block_actions":
+        actions = body.get("actions")
+        first = actions[0] if isinstance(actions, list) and actions else None
+        action_id = first.get("action_id") if isinstance(first, dict) else None
+        return ("action", action_id) if isinstance(action_id, str) else None
+    if kind == "event_callback":
+        event = body.get("event")
+        event_type = event.get("type") if isinstance(event, dict) else None
+        return ("event", event_type) if isinstance(event_type, str) else None
+    command = body.get("command")
+    return ("command", command) if isinstance(command, str) else None
+
+
+def after_answer(work: Callable[[], None]) -> None:
+    """Run ``work`` on the pool once the answers in flight are out (never waiting for the
+    request being answered in this thread)."""
+    _work.submit(_when_quiet, work, _answers.arrival(), time.monotonic())
 
 
 def acknowledged(handler: Callable[..., None]) -> Callable[..., None]:
@@ -108,16 +191,23 @@ def acknowledged(handler: Callable[..., None]) -> Callable[..., None]:
         ack = kwargs.get("ack")
         if ack is not None:
             ack()
-        _work.submit(_logged, handler, kwargs, _answers.arrival(), time.monotonic())
+        work = functools.partial(handler, **kwargs)
+        if (kwargs.get("context") or {}).get(ANSWERED):
+            _logged(work)  # already on the pool, after a quiet moment
+        else:
+            after_answer(work)
 
     return listener
 
 
-def _logged(
-    handler: Callable[..., None], kwargs: dict[str, Any], arrival: int, submitted: float
-) -> None:
+def _when_quiet(work: Callable[[], None], arrival: int, submitted: float) -> None:
     _answers.wait_for_quiet(arrival, submitted)
+    _logged(work)
+
+
+def _logged(work: Callable[[], None]) -> None:
     try:
-        handler(**kwargs)
+        work()
     except Exception:
-        log.exception("%s failed", handler.__name__)
+        name = getattr(work, "func", work)
+        log.exception("%s failed", getattr(name, "__name__", repr(name)))

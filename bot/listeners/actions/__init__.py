@@ -21,7 +21,7 @@ from approvals.errors import ApprovalsError
 from approvals.models import DecisionKind, Status
 from approvals.review import decide, precheck, retry
 from bot.listeners.commands import answer_pending
-from bot.listeners.lazy import acknowledged
+from bot.listeners.lazy import Acknowledged
 from bot.listeners.payload import actor
 from bot.modals import build_edit_modal, build_reject_modal, build_respond_modal
 from bot.pending import NEXT_PAGE_ACTION
@@ -35,14 +35,14 @@ _MODALS = {
 }
 
 
-def register(app: App) -> None:
-    app.action(APPROVE_ACTION)(acknowledged(handle_approve))
+def register(app: App, acknowledged: Acknowledged) -> None:
+    acknowledged.action(APPROVE_ACTION, handle_approve)
     for action in _MODALS:
         # Not lazy: the modal must open within 3 s of the click (its trigger_id expires),
         # so it never waits behind other clicks' work; its 200 waits for views.open instead.
         app.action(action)(handle_open_modal)
-    app.action(NEXT_PAGE_ACTION)(acknowledged(handle_next_page))
-    app.action(RETRY_ACTION)(acknowledged(handle_retry))
+    acknowledged.action(NEXT_PAGE_ACTION, handle_next_page)
+    acknowledged.action(RETRY_ACTION, handle_retry)
 
 
 def _clicked(body: dict[str, Any]) -> tuple[str, str, str | None] | None:

@@ -5,20 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from slack_bolt import Ack, App, Respond
+from slack_bolt import Ack, Respond
 
 from approvals import store
 from approvals.models import Approval
 from approvals.review import refusal
-from bot.listeners.lazy import acknowledged
+from bot.listeners.lazy import Acknowledged
 from bot.pending import PAGE_SIZE, build_pending_list, describe_query
 from bot.runtime import Runtime, runtime_of
 
 PENDING_COMMAND = "/agent-pending"
 
 
-def register(app: App) -> None:
-    app.command(PENDING_COMMAND)(acknowledged(handle_agent_pending))
+def register(acknowledged: Acknowledged) -> None:
+    acknowledged.command(PENDING_COMMAND, handle_agent_pending)
 
 
 def handle_agent_pending(
