@@ -55,7 +55,12 @@ def cli() -> None:
 @cli.command(name="bot")
 @click.option("--port", default=3000, show_default=True, help="HTTP port (0 picks a free one).")
 @click.option("--host", default="0.0.0.0", show_default=True, help="Interface to listen on.")
-@click.option("--threads", default=8, show_default=True, help="Request threads (HTTP mode).")
+@click.option(
+    "--threads",
+    default=4,
+    show_default=True,
+    help="Requests answered at once per process (HTTP mode).",
+)
 @_processes_option("HTTP mode: bot processes on one port (one per core); a dead one is replaced.")
 @click.option("--listen-fd", type=int, default=None, hidden=True)
 @click.option("--board-fd", type=int, default=None, hidden=True)
