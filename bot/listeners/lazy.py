@@ -171,7 +171,9 @@ def route_of(body: dict[str, Any]) -> Route | None:
         event = body.get("event")
         event_type = event.get("type") if isinstance(event, dict) else None
         return ("event", event_type) if isinstance(event_type, str) else None
-    command = body.get("command")
+    if kind is not None:  # a view submission, a URL verification...: Bolt's other listeners
+        return None
+    command = body.get("command")  # slash commands are forms with no "type"
     return ("command", command) if isinstance(command, str) else None
 
 
