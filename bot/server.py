@@ -1,4 +1,4 @@
-"""Serving the Bolt app: over HTTP (``bot.httpd``), or Socket Mode.
+"""Serving the Bolt app: over HTTP (``approvals.httpd``), or Socket Mode.
 
 Bolt's ``app.start()`` is a single-threaded development server that reset connections in a
 burst of 20 clicks; Slack does not retry a click, so HTTP mode runs on threads of its own.
@@ -21,7 +21,7 @@ from typing import Any
 
 from slack_bolt import App
 
-from bot import httpd
+from approvals import httpd
 from bot.app import Bot, Request
 from bot.board import Board
 from bot.board import create as create_board

@@ -36,10 +36,14 @@ from tests.slack_standin import SlackStandIn
 SECRET = "test-signing-secret"
 
 
-@pytest.fixture
-def standin() -> Iterator[SlackStandIn]:
-    with SlackStandIn() as server:
+@pytest.fixture(params=[None, 4], ids=["thread-per-connection", "httpd-threads"])
+def standin(request: pytest.FixtureRequest) -> Iterator[SlackStandIn]:
+    """Both ways the stand-in serves (the sandbox's, and the benchmark's ``threads=``)."""
+    server = SlackStandIn().start(threads=request.param)
+    try:
         yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

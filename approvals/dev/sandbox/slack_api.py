@@ -40,13 +40,17 @@ import copy
 import itertools
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
+
+from approvals import httpd
 
 __all__ = ["ApiError", "Message", "Reply", "SlackStandIn"]
 
@@ -64,6 +68,8 @@ PRIVATE_METADATA_LIMIT = 3000
 CALLBACK_ID_LIMIT = 255
 RESPONSE_URL_USES = 5
 """Slack lets a response_url be used five times (within 30 minutes)."""
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+"""Larger than anything the bot sends (a message's text and blocks stay under 1 MB)."""
 
 _BOT_ID = "B0001"
 _APP_ID = "A0001"
@@ -144,6 +150,7 @@ class SlackStandIn:
         self.usergroups: dict[str, list[str]] = dict(self._initial_usergroups)
         self._lock = threading.RLock()
         self._server: _Server | None = None
+        self._socket: socket.socket | None = None
         self._thread: threading.Thread | None = None
         # Never reset: a response URL left over from an earlier test must not alias a new one.
         self._response_counter = itertools.count(1)
@@ -163,10 +170,30 @@ class SlackStandIn:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self, host: str = "127.0.0.1", port: int = 0) -> SlackStandIn:
-        """Bind ``host`` on ``port`` (0: a free one) and serve from a daemon thread."""
-        if self._server is not None:
+    def start(
+        self, host: str = "127.0.0.1", port: int = 0, *, threads: int | None = None
+    ) -> SlackStandIn:
+        """Bind ``host`` on ``port`` (0: a free one) and serve from daemon threads.
+
+        By default a thread per connection, kept open as long as the client wants (the
+        sandbox's page long-polls). ``threads``: that many threads of ``approvals.httpd``,
+        each answering one request per connection, as Slack's clients (slack_sdk, Bolt's
+        ``respond``) send them; the benchmark uses it, since the stand-in shares the machine
+        with what it measures and a thread started per call cost it more than the call itself.
+        """
+        if self._server is not None or self._socket is not None:
             raise RuntimeError("SlackStandIn already started")
+        if threads is not None:
+            sock = socket.create_server((host, port), backlog=_Server.request_queue_size)
+            self._socket = sock
+            self._thread = threading.Thread(
+                target=httpd.serve,
+                args=(self._wsgi, sock, threads, MAX_REQUEST_BYTES),
+                name="slack-standin",
+                daemon=True,
+            )
+            self._thread.start()
+            return self
         server = _Server((host, port), _Handler)
         server.standin = self
         self._server = server
@@ -181,8 +208,15 @@ class SlackStandIn:
 
     def stop(self) -> None:
         """Stop serving and close the socket; safe to call twice."""
-        server, thread = self._server, self._thread
-        self._server, self._thread = None, None
+        server, thread, sock = self._server, self._thread, self._socket
+        self._server, self._thread, self._socket = None, None, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the threads blocked in accept()
+            sock.close()
+            if thread is not None:
+                thread.join(timeout=5)
+            return
         if server is None:
             return
         server.shutdown()
@@ -190,8 +224,23 @@ class SlackStandIn:
         if thread is not None:
             thread.join(timeout=5)
 
+    def _wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        """The stand-in as a WSGI app (for ``approvals.httpd``)."""
+        body = environ["wsgi.input"].read()
+        path = environ.get("PATH_INFO", "")
+        if environ.get("QUERY_STRING"):
+            path += "?" + environ["QUERY_STRING"]
+        try:
+            reply = self._handle(environ["REQUEST_METHOD"], path, _EnvironHeaders(environ), body)
+        except Exception:
+            _log.exception("Slack stand-in failed on %s %s", environ["REQUEST_METHOD"], path)
+            reply = Reply.json({"ok": False, "error": "fatal_error"}, 500)
+        status = f"{reply.status} {HTTPStatus(reply.status).phrase}"
+        start_response(status, [("Content-Type", reply.content_type), *reply.headers.items()])
+        return [reply.body]
+
     def __enter__(self) -> SlackStandIn:
-        return self.start() if self._server is None else self
+        return self.start() if self._server is None and self._socket is None else self
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
@@ -199,9 +248,12 @@ class SlackStandIn:
     @property
     def url(self) -> str:
         """``http://127.0.0.1:<port>``; only valid once started."""
-        if self._server is None:
+        if self._socket is not None:
+            host, port = self._socket.getsockname()[:2]
+        elif self._server is not None:
+            host, port = self._server.server_address[:2]
+        else:
             raise RuntimeError("SlackStandIn is not started")
-        host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
     @property
@@ -671,6 +723,19 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 1024
 
     standin: SlackStandIn
+
+
+class _EnvironHeaders:
+    """A WSGI environ's headers, read as ``http.server`` hands them over (``.get(name)``)."""
+
+    def __init__(self, environ: dict[str, Any]) -> None:
+        self._environ = environ
+
+    def get(self, name: str, default: Any = None) -> Any:
+        key = name.upper().replace("-", "_")
+        if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            key = "HTTP_" + key
+        return self._environ.get(key, default)
 
 
 class _Handler(BaseHTTPRequestHandler):

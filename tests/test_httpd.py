@@ -1,4 +1,4 @@
-"""bot/httpd.py over real sockets: what a client (Slack, curl, a load balancer) sees, and what
+"""approvals/httpd.py over real sockets: what a client (Slack, curl, a load balancer) sees, and what
 the WSGI app is given.
 
 Each server runs in this process on daemon threads, on a loopback socket of its own; requests
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from bot import httpd
+from approvals import httpd
 from tests.processes import wait_until
 
 #: The bot's own limit (bot/server.py).
@@ -665,7 +665,7 @@ def test_a_failing_app_gets_500_and_the_thread_goes_on_serving(start_server, cap
     response = request(server.address, http_request("POST", path, [("Content-Length", "0")]))
     assert response.status == 500
     assert b"partial" not in response.body
-    assert any(r.name == "bot.httpd" and r.levelno >= logging.ERROR for r in caplog.records)
+    assert any(r.name == "approvals.httpd" and r.levelno >= logging.ERROR for r in caplog.records)
     after = request(server.address, http_request("GET", "/healthz"))
     assert (after.status, after.body) == (200, b"ok")
 

@@ -1,8 +1,9 @@
-"""The bot's HTTP server: threads that each take one connection, answer it and close it.
+"""An HTTP server of threads that each take one connection, answer it and close it.
 
-Slack sends every click, command and event as one small signed ``POST``. This server does
-that one thing, for a WSGI app, and nothing else (no keep-alive, no pipelining, no TLS: put a
-proxy in front for TLS, as with any WSGI server).
+Slack sends every click, command and event to the bot as one small signed ``POST``. This
+server does that one thing, for a WSGI app, and nothing else (no keep-alive, no pipelining, no
+TLS: put a proxy in front for TLS, as with any WSGI server). The benchmark's Slack stand-in
+uses it too, for the same kind of traffic (``SlackStandIn.start(threads=...)``).
 
 Why not waitress (used before): bench B2, 50 clicks in flight on two cores. With a WSGI app
 that only reads the body, waitress answered a burst of 50 in 5.6 ms at the median and 15.6 ms
