@@ -42,9 +42,25 @@ class Request:
     #: Lower-case names.
     headers: dict[str, str]
 
-    def to_bolt(self, context: dict[str, Any] | None = None) -> BoltRequest:
+    def to_bolt(self) -> BoltRequest:
         headers: dict[str, str | Sequence[str]] = dict(self.headers)
-        return BoltRequest(body=self.raw_body, query=self.query, headers=headers, context=context)
+        return BoltRequest(body=self.raw_body, query=self.query, headers=headers)
+
+    def to_bolt_admitted(self, body: dict[str, Any]) -> BoltRequest:
+        """The request once ``Admission`` let it through, with its body already parsed.
+
+        Handed to Bolt as a dict, the way Bolt takes Socket Mode's requests: Bolt's mode only
+        decides whether it checks the signature itself, which it does not here (Admission
+        did), and parsing the body again was half of Bolt's dispatch (bench B1).
+        """
+        headers: dict[str, str | Sequence[str]] = dict(self.headers)
+        return BoltRequest(
+            body=body,
+            query=self.query,
+            headers=headers,
+            context={ANSWERED: True},
+            mode="socket_mode",
+        )
 
 
 @dataclass(frozen=True)
@@ -76,11 +92,11 @@ class Bot:
         )
         if refused is not None:
             return refused
-        after_answer(functools.partial(self._dispatch_answered, request))
+        after_answer(functools.partial(self._dispatch_answered, request, body))
         return BoltResponse(status=200, body="")
 
-    def _dispatch_answered(self, request: Request) -> None:
-        response = self.app.dispatch(request.to_bolt(context={ANSWERED: True}))
+    def _dispatch_answered(self, request: Request, body: dict[str, Any]) -> None:
+        response = self.app.dispatch(request.to_bolt_admitted(body))
         if response.status != 200:
             log.warning(
                 "Bolt answered %s to a request already answered: %s", response.status, response.body
