@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any
@@ -59,14 +59,13 @@ class Refused(Exception):
 
 @dataclass
 class Request:
-    """One parsed request: its head, and the body read so far."""
+    """One parsed request: its head, and its body once read."""
 
     method: str
     target: str
     version: str
     headers: dict[str, str]
     body: bytes = b""
-    body_read: bool = field(default=False)
 
 
 def serve(app: WSGIApp, sock: socket.socket, threads: int, max_body: int) -> None:
@@ -129,7 +128,7 @@ class _Server:
             return  # the client stalled or went away: nobody to answer
         with contextlib.suppress(OSError):
             conn.sendall(response)
-            if request is None or not request.body_read:
+            if request is None:  # refused before its body was read
                 _drain(conn)
 
     def call_app(self, request: Request, address: Any) -> bytes:
@@ -199,8 +198,7 @@ class _Server:
                 environ["CONTENT_LENGTH"] = value
             else:
                 environ["HTTP_" + name.upper().replace("-", "_")] = value
-        if request.body_read:
-            environ["CONTENT_LENGTH"] = str(len(request.body))
+        environ["CONTENT_LENGTH"] = str(len(request.body))  # chunked bodies are decoded
         return environ
 
 
@@ -212,38 +210,24 @@ def read_request(conn: socket.socket, max_body: int, deadline: float) -> Request
         Refused: the request is malformed, too large, or asks for what this server does not do.
         TimeoutError, ConnectionError: the client stalled or went away.
     """
-    buffer = bytearray()
-    while True:
-        end = buffer.find(b"\r\n\r\n")
-        if end >= 0:
-            break
-        if len(buffer) > MAX_HEAD_BYTES:
-            raise Refused(431, "request head too large")
-        chunk = _recv(conn, 65536, deadline)
-        if not chunk:
-            if buffer:
-                raise ConnectionResetError("closed in the middle of the request head")
-            return None
-        buffer += chunk
-    if end > MAX_HEAD_BYTES:
-        raise Refused(431, "request head too large")
-    request = parse_head(bytes(buffer[:end]))
-    rest = bytes(buffer[end + 4 :])
+    reader = _Reader(conn, deadline)
+    if not reader.fill():
+        return None
+    request = parse_head(reader.until(b"\r\n\r\n", Refused(431, "request head too large")))
     if "transfer-encoding" in request.headers:
         if "content-length" in request.headers:
             raise Refused(400, "both Content-Length and Transfer-Encoding")
         if request.headers["transfer-encoding"].lower() != "chunked":
             raise Refused(501, "only the chunked transfer coding is supported")
         _continue(conn, request)
-        request.body = _read_chunked(conn, rest, max_body, deadline)
+        request.body = _read_chunked(reader, max_body)
     else:
         length = content_length(request)
         if length > max_body:
             raise Refused(413, "request body too large")
         if length:
             _continue(conn, request)
-        request.body = _read_exactly(conn, rest, length, deadline)
-    request.body_read = True
+        request.body = reader.exactly(length)
     return request
 
 
@@ -343,29 +327,18 @@ def _recv(conn: socket.socket, size: int, deadline: float) -> bytes:
     return conn.recv(size)
 
 
-def _read_exactly(conn: socket.socket, start: bytes, length: int, deadline: float) -> bytes:
-    body = bytearray(start[:length])
-    while len(body) < length:
-        chunk = _recv(conn, min(length - len(body), 1 << 20), deadline)
-        if not chunk:
-            raise ConnectionResetError("closed in the middle of the body")
-        body += chunk
-    return bytes(body)
-
-
-def _read_chunked(conn: socket.socket, start: bytes, max_body: int, deadline: float) -> bytes:
-    reader = _Reader(conn, start, deadline)
+def _read_chunked(reader: _Reader, max_body: int) -> bytes:
     body = bytearray()
     while True:
-        size_line = reader.line().split(b";", 1)[0].strip()
+        size_line = reader.until(b"\r\n", Refused(400, "chunk line too long"))
         try:
-            size = int(size_line, 16)
+            size = int(size_line.split(b";", 1)[0].strip(), 16)
         except ValueError:
             raise Refused(400, "malformed chunk size") from None
         if size < 0:
             raise Refused(400, "malformed chunk size")
         if size == 0:
-            while reader.line():  # trailers, up to the blank line
+            while reader.until(b"\r\n", Refused(400, "trailer too long")):  # up to the blank line
                 pass
             return bytes(body)
         if len(body) + size > max_body:
@@ -376,31 +349,38 @@ def _read_chunked(conn: socket.socket, start: bytes, max_body: int, deadline: fl
 
 
 class _Reader:
-    """Lines and byte counts from a socket, after what was already read."""
+    """A request's bytes from its socket, by the request's deadline, through one buffer."""
 
-    def __init__(self, conn: socket.socket, start: bytes, deadline: float) -> None:
+    def __init__(self, conn: socket.socket, deadline: float) -> None:
         self.conn = conn
         self.deadline = deadline
-        self.buffer = bytearray(start)
+        self.buffer = bytearray()
 
-    def _fill(self) -> None:
+    def fill(self) -> bool:
+        """Read what has arrived (waiting for some); False when the client closed."""
         chunk = _recv(self.conn, 65536, self.deadline)
-        if not chunk:
-            raise ConnectionResetError("closed in the middle of the body")
         self.buffer += chunk
+        return bool(chunk)
 
-    def line(self) -> bytes:
-        while (end := self.buffer.find(b"\r\n")) < 0:
+    def _more(self) -> None:
+        if not self.fill():
+            raise ConnectionResetError("closed in the middle of the request")
+
+    def until(self, separator: bytes, too_long: Refused) -> bytes:
+        """The bytes before ``separator`` (taken with it); ``too_long`` past MAX_HEAD_BYTES."""
+        while (end := self.buffer.find(separator)) < 0:
             if len(self.buffer) > MAX_HEAD_BYTES:
-                raise Refused(400, "chunk line too long")
-            self._fill()
-        line = bytes(self.buffer[:end])
-        del self.buffer[: end + 2]
-        return line
+                raise too_long
+            self._more()
+        if end > MAX_HEAD_BYTES:
+            raise too_long
+        data = bytes(self.buffer[:end])
+        del self.buffer[: end + len(separator)]
+        return data
 
     def exactly(self, count: int) -> bytes:
         while len(self.buffer) < count:
-            self._fill()
+            self._more()
         data = bytes(self.buffer[:count])
         del self.buffer[:count]
         return data
