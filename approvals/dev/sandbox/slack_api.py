@@ -230,11 +230,7 @@ class SlackStandIn:
         path = environ.get("PATH_INFO", "")
         if environ.get("QUERY_STRING"):
             path += "?" + environ["QUERY_STRING"]
-        try:
-            reply = self._handle(environ["REQUEST_METHOD"], path, _EnvironHeaders(environ), body)
-        except Exception:
-            _log.exception("Slack stand-in failed on %s %s", environ["REQUEST_METHOD"], path)
-            reply = Reply.json({"ok": False, "error": "fatal_error"}, 500)
+        reply = self._reply_to(environ["REQUEST_METHOD"], path, _EnvironHeaders(environ), body)
         status = f"{reply.status} {HTTPStatus(reply.status).phrase}"
         start_response(status, [("Content-Type", reply.content_type), *reply.headers.items()])
         return [reply.body]
@@ -406,6 +402,15 @@ class SlackStandIn:
             self._delays.setdefault(method, []).extend([seconds] * count)
 
     # ------------------------------------------------------------------ HTTP entry points
+
+    def _reply_to(self, verb: str, path: str, headers: Any, body: bytes) -> Reply:
+        """The reply to one HTTP request, whichever server read it (a 500 if the stand-in
+        fails)."""
+        try:
+            return self._handle(verb, path, headers, body)
+        except Exception:
+            _log.exception("Slack stand-in failed on %s %s", verb, path)
+            return Reply.json({"ok": False, "error": "fatal_error"}, 500)
 
     def _handle(self, verb: str, path: str, headers: Any, body: bytes) -> Reply:
         """Route one HTTP request; called from a server thread."""
@@ -754,11 +759,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, verb: str) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        try:
-            reply = self.server.standin._handle(verb, self.path, self.headers, body)
-        except Exception:
-            _log.exception("Slack stand-in failed on %s %s", verb, self.path)
-            reply = Reply.json({"ok": False, "error": "fatal_error"}, 500)
+        reply = self.server.standin._reply_to(verb, self.path, self.headers, body)
         try:
             self.send_response(reply.status)
             self.send_header("Content-Type", reply.content_type)
