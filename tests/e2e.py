@@ -202,11 +202,15 @@ def approve_values(blocks: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def settled(snapshot: Callable[[], T], interval: float = 0.4) -> T:
+def settled(snapshot: Callable[[], T], interval: float = 0.4, timeout: float = 30.0) -> T:
     """``snapshot()`` once two readings ``interval`` apart agree (work after an answer is
-    asynchronous, so "nothing changed" can only be read once nothing changes any more)."""
+    asynchronous, so "nothing changed" can only be read once nothing changes any more);
+    fails the test if it is still changing at ``timeout``."""
+    deadline = time.monotonic() + timeout
     previous = None
     while (current := snapshot()) != previous:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still changing after {timeout}s: {current!r}"[:2000])
         previous = current
         time.sleep(interval)
     return current
