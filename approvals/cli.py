@@ -56,47 +56,46 @@ def cli() -> None:
 @click.option("--port", default=3000, show_default=True, help="HTTP port (0 picks a free one).")
 @click.option("--host", default="0.0.0.0", show_default=True, help="Interface to listen on.")
 @click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="HTTP mode: gunicorn worker processes (default: one per core).",
+)
+@click.option(
     "--threads",
     default=4,
     show_default=True,
-    help="Requests answered at once per process (HTTP mode).",
+    type=click.IntRange(1, 256),
+    help="HTTP mode: requests each worker process answers at once.",
 )
-@_processes_option("HTTP mode: bot processes on one port (one per core); a dead one is replaced.")
-@click.option("--listen-fd", type=int, default=None, hidden=True)
-@click.option("--board-fd", type=int, default=None, hidden=True)
-@click.option("--board-slot", type=int, default=0, hidden=True)
+@click.option(
+    "--timeout",
+    default=30,
+    show_default=True,
+    type=click.IntRange(1, 3600),
+    help="HTTP mode: seconds before a silent worker is replaced, and the most SIGTERM waits "
+    "for requests in flight and the work they started.",
+)
 @pass_settings
 def bot_run(
-    settings: Settings,
-    port: int,
-    host: str,
-    threads: int,
-    processes: int,
-    listen_fd: int | None,
-    board_fd: int | None,
-    board_slot: int,
+    settings: Settings, port: int, host: str, workers: int | None, threads: int, timeout: int
 ) -> None:
     """Run the Slack app: Socket Mode if SLACK_APP_TOKEN is set, else HTTP at /slack/events."""
-    import socket
+    import os
 
     from approvals.logs import configure_logging
-    from bot.app import check_settings, create_bot
-    from bot.server import join_board, listen, run_replicas, serve_http, serve_socket_mode
+    from bot.app import check_settings, create_app
+    from bot.server import serve_http, serve_socket_mode
 
     configure_logging(settings)
     check_settings(settings)
     if settings.slack_app_token:
-        if processes > 1:
-            raise click.UsageError("--processes is for HTTP mode; Socket Mode runs one process")
-        serve_socket_mode(create_bot(settings).app, settings.slack_app_token)
-    elif listen_fd is not None:  # a replica started by run_replicas
-        if board_fd is not None:
-            join_board(board_fd, board_slot)
-        serve_http(create_bot(settings), socket.socket(fileno=listen_fd), threads)
-    elif processes > 1:
-        run_replicas(listen(host, port), threads, processes)
+        if workers is not None and workers > 1:
+            raise click.UsageError("--workers is for HTTP mode; Socket Mode runs one process")
+        serve_socket_mode(create_app(settings), settings.slack_app_token)
     else:
-        serve_http(create_bot(settings), listen(host, port), threads)
+        workers = workers or os.cpu_count() or 1
+        serve_http(settings, host, port, workers, threads, timeout)
 
 
 @cli.command(name="worker")

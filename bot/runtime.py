@@ -19,6 +19,11 @@ class Runtime:
     conn: redis.Redis
     client: WebClient
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Runtime:
+        """Shared, not copied: Bolt deep-copies a request's context for each lazy listener,
+        and the clients here are thread-safe and meant to be shared by every request."""
+        return self
+
     def members_of(self, group_id: str) -> Collection[str]:
         """Members of a Slack user group (cached in Redis, shared by all bot replicas)."""
         return slack.group_members(self.client, self.conn, group_id)

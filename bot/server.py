@@ -1,125 +1,127 @@
-"""Serving the Bolt app: over HTTP (``approvals.httpd``), or Socket Mode.
+"""Serving the Bolt app: over HTTP on gunicorn, or in Socket Mode.
 
-Bolt's ``app.start()`` is a single-threaded development server that reset connections in a
-burst of 20 clicks; Slack does not retry a click, so HTTP mode runs on threads of its own.
-
-One Python process answers on one core at a time (the interpreter lock), so ``--processes N``
-runs N bot processes that accept from one listening socket, opened before they start: the
-kernel hands each new connection to whichever is free, and a replica that dies is replaced
-(bench B2: a burst of 50 clicks on two cores).
+HTTP mode is Bolt's own WSGI adapter on gunicorn, started from our CLI: gunicorn's arbiter
+runs ``workers`` processes of ``threads`` threads each, replaces one that dies or hangs past
+its timeout, and on SIGTERM stops accepting, lets the requests in flight finish, and each
+process then waits for the work those requests started (Bolt's lazy listeners) before it
+exits. Every process builds its own Bolt app, Redis and Slack clients after the fork.
 """
 
 from __future__ import annotations
 
-import gc
-import signal
-import socket
-import sys
+import logging
 from collections.abc import Callable, Iterable
-from http import HTTPStatus
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from gunicorn import glogging
+from gunicorn.app.base import BaseApplication
 from slack_bolt import App
+from slack_bolt.adapter.wsgi import SlackRequestHandler
 
-from approvals import httpd
-from bot.app import Bot, Request
-from bot.board import Board
-from bot.board import create as create_board
-from bot.listeners.lazy import answering, share_board
+from approvals.config import Settings
+from bot.app import WORK_THREADS, create_app
+
+log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
 HEALTH_PATH = "/healthz"
 #: Slack's largest payloads (views) are 250 kB; anything much bigger is not from Slack.
 MAX_BODY_BYTES = 1024 * 1024
-#: Connections the kernel holds while every thread is busy.
+#: Connections the kernel holds while every thread is busy: a burst of clicks waits, not drops.
 BACKLOG = 1024
+#: One access line per request, in the project's log format like every other line.
+ACCESS_FORMAT = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
+#: What Bolt raises while it parses a body (not JSON, not an object, nested too deeply, a
+#: field of the wrong type): nothing ran yet, so the request gets a 400, not a 500.
+MALFORMED = (AttributeError, LookupError, RecursionError, TypeError, ValueError)
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-def wsgi_app(bot: Bot) -> httpd.WSGIApp:
-    """The bot at ``/slack/events`` plus a ``/healthz`` for load balancers and tests."""
+def wsgi_app(app: App) -> WSGIApp:
+    """Bolt's WSGI adapter at ``/slack/events``, a ``/healthz`` for load balancers, and a
+    400 for what Bolt cannot parse or what is too big to be from Slack."""
+    handler = SlackRequestHandler(app, EVENTS_PATH)
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO")
-        if path == HEALTH_PATH:
+        if environ.get("PATH_INFO") == HEALTH_PATH:
             start_response("200 OK", [("Content-Type", "text/plain")])
             return [b"ok"]
-        if path != EVENTS_PATH or environ.get("REQUEST_METHOD") != "POST":
-            start_response("404 Not Found", [("Content-Type", "text/plain;charset=utf-8")])
-            return [b"Not Found"]
+        if int(environ.get("CONTENT_LENGTH") or 0) > MAX_BODY_BYTES:
+            start_response("413 Content Too Large", [("Content-Type", "text/plain")])
+            return [b"request too large"]
         try:
-            with answering():
-                response = bot.answer(bot_request(environ))
-        except (AttributeError, LookupError, RecursionError, TypeError, ValueError):
-            # Bolt parses the body before any listener runs and raises on malformed JSON or
-            # form data, on JSON that is not an object and on JSON nested too deeply; such a
-            # request changed nothing, so it gets a 400, not a 500.
+            return handler(environ, start_response)
+        except MALFORMED:
             start_response("400 Bad Request", [("Content-Type", "text/plain")])
             return [b"malformed request"]
-        status = HTTPStatus(response.status)
-        headers = [(name, value) for name, values in response.headers.items() for value in values]
-        start_response(f"{status.value} {status.phrase}", headers)
-        return [response.body.encode()]
 
     return application
 
 
-def bot_request(environ: dict[str, Any]) -> Request:
-    """The request as the bot reads it (what Bolt's own WSGI adapter reads)."""
-    length = int(environ.get("CONTENT_LENGTH") or 0)
-    raw_body = environ["wsgi.input"].read(length).decode()
-    headers = {
-        name[5:].lower().replace("_", "-"): value
-        for name, value in environ.items()
-        if name.startswith("HTTP_")
-    }
-    for name in ("CONTENT_TYPE", "CONTENT_LENGTH"):
-        if name in environ:
-            headers[name.lower().replace("_", "-")] = environ[name]
-    return Request(raw_body, environ.get("QUERY_STRING", ""), headers)
+class Logger(glogging.Logger):  # type: ignore[misc]
+    """gunicorn's logger, writing through the handler ``approvals.logs`` installed: its
+    start-up, error and access lines come out in ``APPROVALS_LOG_FORMAT`` (text or JSON)."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for logger in (self.error_log, self.access_log):
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            logger.propagate = True
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """The bot's listening socket (port 0 picks a free one); prints the URL it serves."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=BACKLOG)
-    bound = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
-    print(f"approvals bot listening on http://{shown}:{bound}{EVENTS_PATH}", flush=True)
-    return sock
+class HttpServer(BaseApplication):  # type: ignore[misc]
+    """``approvals bot`` in HTTP mode: gunicorn configured from our CLI's options."""
+
+    def __init__(
+        self, settings: Settings, bind: str, workers: int, threads: int, timeout: int
+    ) -> None:
+        self.settings = settings
+        self.options: dict[str, Any] = {
+            "bind": bind,
+            "workers": workers,
+            "threads": threads,
+            "worker_class": "gthread",
+            "timeout": timeout,
+            "graceful_timeout": timeout,
+            "backlog": BACKLOG,
+            "accesslog": "-",
+            "access_log_format": ACCESS_FORMAT,
+            "logger_class": Logger,
+            "when_ready": _print_listening,
+            "worker_exit": self._drain,
+        }
+        self.executor: ThreadPoolExecutor | None = None
+        super().__init__()
+
+    def load_config(self) -> None:
+        for name, value in self.options.items():
+            self.cfg.set(name, value)
+
+    def load(self) -> WSGIApp:
+        """In each worker process, after the fork: its own app, clients and work threads."""
+        self.executor = ThreadPoolExecutor(WORK_THREADS, "listener-work")
+        return wsgi_app(create_app(self.settings, executor=self.executor))
+
+    def _drain(self, arbiter: Any, worker: Any) -> None:
+        """The process is stopping: let the work its requests started finish first."""
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
 
 
-def serve_http(bot: Bot, sock: socket.socket, threads: int) -> None:
-    """Answer requests on ``sock`` until the process is stopped."""
-    # Everything loaded so far lives as long as the process: out of the collector's sight,
-    # a full collection during a burst of clicks no longer walks it (tens of ms, bench B2).
-    gc.freeze()
-    httpd.serve(wsgi_app(bot), sock, threads, MAX_BODY_BYTES)
+def _print_listening(arbiter: Any) -> None:
+    for listener in arbiter.LISTENERS:
+        print(f"approvals bot listening on {listener}{EVENTS_PATH}", flush=True)
 
 
-def run_replicas(sock: socket.socket, threads: int, processes: int) -> None:
-    """Keep ``processes`` bot processes answering on ``sock``; one that dies is replaced.
-
-    Each is a plain ``approvals bot`` child given the socket's descriptor and its slot on the
-    replicas' shared board (``bot.board``); Ctrl-C or SIGTERM stops them all.
-    """
-    from approvals.supervisor import ChildSpec, Supervisor
-
-    fd, board = sock.fileno(), create_board(processes)
-    argv = [sys.executable, "-m", "approvals", "bot", "--threads", str(threads)]
-    argv += ["--listen-fd", str(fd), "--board-fd", str(board)]
-    specs = [
-        ChildSpec(f"bot-{i + 1}", [*argv, "--board-slot", str(i)], pass_fds=(fd, board))
-        for i in range(processes)
-    ]
-    supervisor = Supervisor(specs, sys.stdout, label="approvals bot")
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: supervisor.stop())
-    supervisor.run()
-
-
-def join_board(fd: int, slot: int) -> None:
-    """In a replica: share what it answers with the others (see ``bot.board``)."""
-    share_board(Board(fd, slot))
+def serve_http(
+    settings: Settings, host: str, port: int, workers: int, threads: int, timeout: int
+) -> None:
+    """Serve HTTP mode until SIGTERM or Ctrl-C (port 0 picks a free one)."""
+    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    HttpServer(settings, bind, workers, threads, timeout).run()
 
 
 def serve_socket_mode(app: App, app_token: str) -> None:

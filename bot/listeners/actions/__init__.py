@@ -20,8 +20,8 @@ from approvals.cards import (
 from approvals.errors import ApprovalsError
 from approvals.models import DecisionKind, Status
 from approvals.review import decide, precheck, retry
+from bot.listeners.ack import acknowledge
 from bot.listeners.commands import answer_pending
-from bot.listeners.lazy import Acknowledged
 from bot.listeners.payload import actor
 from bot.modals import build_edit_modal, build_reject_modal, build_respond_modal
 from bot.pending import NEXT_PAGE_ACTION
@@ -35,14 +35,14 @@ _MODALS = {
 }
 
 
-def register(app: App, acknowledged: Acknowledged) -> None:
-    acknowledged.action(APPROVE_ACTION, handle_approve)
+def register(app: App) -> None:
+    app.action(APPROVE_ACTION)(ack=acknowledge, lazy=[handle_approve])
     for action in _MODALS:
         # Not lazy: the modal must open within 3 s of the click (its trigger_id expires),
         # so it never waits behind other clicks' work; its 200 waits for views.open instead.
         app.action(action)(handle_open_modal)
-    acknowledged.action(NEXT_PAGE_ACTION, handle_next_page)
-    acknowledged.action(RETRY_ACTION, handle_retry)
+    app.action(NEXT_PAGE_ACTION)(ack=acknowledge, lazy=[handle_next_page])
+    app.action(RETRY_ACTION)(ack=acknowledge, lazy=[handle_retry])
 
 
 def _clicked(body: dict[str, Any]) -> tuple[str, str, str | None] | None:
@@ -59,9 +59,8 @@ def _tell(respond: Respond, text: str) -> None:
 
 
 def handle_approve(
-    ack: Ack, body: dict[str, Any], context: dict[str, Any], client: WebClient, respond: Respond
+    body: dict[str, Any], context: dict[str, Any], client: WebClient, respond: Respond
 ) -> None:
-    ack()
     runtime = runtime_of(context)
     clicked = _clicked(body)
     if clicked is None:
@@ -112,10 +111,7 @@ def handle_open_modal(
     client.views_open(trigger_id=trigger_id, view=build(approval))
 
 
-def handle_next_page(
-    ack: Ack, body: dict[str, Any], context: dict[str, Any], respond: Respond
-) -> None:
-    ack()
+def handle_next_page(body: dict[str, Any], context: dict[str, Any], respond: Respond) -> None:
     clicked = _clicked(body)
     if clicked is None:
         return
@@ -130,10 +126,9 @@ def handle_next_page(
 
 
 def handle_retry(
-    ack: Ack, body: dict[str, Any], context: dict[str, Any], client: WebClient, respond: Respond
+    body: dict[str, Any], context: dict[str, Any], client: WebClient, respond: Respond
 ) -> None:
     """A person judged that running an interrupted tool again is safe."""
-    ack()
     runtime = runtime_of(context)
     clicked = _clicked(body)
     if clicked is None:

@@ -5,27 +5,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from slack_bolt import Ack, Respond
+from slack_bolt import App, Respond
 
 from approvals import store
 from approvals.models import Approval
 from approvals.review import refusal
-from bot.listeners.lazy import Acknowledged
+from bot.listeners.ack import acknowledge
 from bot.pending import PAGE_SIZE, build_pending_list, describe_query
 from bot.runtime import Runtime, runtime_of
 
 PENDING_COMMAND = "/agent-pending"
 
 
-def register(acknowledged: Acknowledged) -> None:
-    acknowledged.command(PENDING_COMMAND, handle_agent_pending)
+def register(app: App) -> None:
+    app.command(PENDING_COMMAND)(ack=acknowledge, lazy=[handle_agent_pending])
 
 
 def handle_agent_pending(
-    ack: Ack, respond: Respond, command: dict[str, Any], context: dict[str, Any]
+    respond: Respond, command: dict[str, Any], context: dict[str, Any]
 ) -> None:
     """``/agent-pending [agent name | mine | all]``, answered to the caller only."""
-    ack()
     user = command.get("user_id")
     if not isinstance(user, str):
         return

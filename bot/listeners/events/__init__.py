@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from slack_bolt import App
 from slack_sdk import WebClient
 
 from approvals import store
+from bot.listeners.ack import acknowledge
 from bot.listeners.commands import pending_filter
-from bot.listeners.lazy import Acknowledged
 from bot.pending import HOME_PAGE_SIZE, build_home
 from bot.runtime import runtime_of
 
 
-def register(acknowledged: Acknowledged) -> None:
-    acknowledged.event("app_home_opened", handle_app_home_opened)
+def register(app: App) -> None:
+    app.event("app_home_opened")(ack=acknowledge, lazy=[handle_app_home_opened])
 
 
 def handle_app_home_opened(

@@ -1,5 +1,6 @@
-"""Acknowledged clicks are answered before Bolt routes them (``Bot.answer``), over real HTTP
-against the real bot process: the answer, the checks before it, and the work after it."""
+"""Requests over real HTTP against the real bot process (gunicorn, Bolt's own request path):
+the empty answer to a click, the checks before anything acts (Bolt's signature verification,
+the replay guard, payloads Bolt would crash on), and the work after the answer."""
 
 from __future__ import annotations
 
@@ -12,12 +13,10 @@ import pytest
 from slack_bolt import BoltRequest
 
 from approvals import run_agent, store
-from approvals.cards import APPROVE_ACTION, EDIT_ACTION, RETRY_ACTION
+from approvals.cards import APPROVE_ACTION, EDIT_ACTION
 from approvals.models import Status
 from bot.listeners.commands import PENDING_COMMAND
-from bot.listeners.lazy import route_of
 from bot.modals import EDIT_VIEW, VALUE_ACTION
-from bot.pending import NEXT_PAGE_ACTION
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.conftest import SIGNING_SECRET
@@ -248,7 +247,7 @@ MALFORMED = [
 def test_a_signed_approve_click_that_bolt_could_not_route_gets_400_and_changes_nothing(
     services, slack, env, conn
 ):
-    """Still the answer-first path (actions[0] is Approve's): refused before the answer."""
+    """actions[0] is Approve's, so Bolt would route it: refused before any listener runs."""
     pause_id = _pause()
     card_ts = _card_ts(slack, conn, pause_id)
     before = settled(lambda: _state(conn))
@@ -256,7 +255,6 @@ def test_a_signed_approve_click_that_bolt_could_not_route_gets_400_and_changes_n
 
     for how in MALFORMED:
         payload = _malformed(_click_payload(slack, pause_id, card_ts), how)
-        assert route_of(payload) == ("action", APPROVE_ACTION)
         status, text = _send(services.bot_url, _form(payload))
         assert (status, json.loads(text)) == (400, {"error": "malformed request"}), how
 
@@ -270,7 +268,7 @@ def test_a_signed_approve_click_that_bolt_could_not_route_gets_400_and_changes_n
 
 def test_authorizations_true_gets_a_4xx_and_no_traceback(services, slack, env, conn):
     """Bolt's request building raises on ``"authorizations": true``; the bot answers 400
-    before anything acts on it: on the answer-first path and on Bolt's."""
+    before anything acts on it, whichever listener the payload names."""
     pause_id = _pause()
     card_ts = _card_ts(slack, conn, pause_id)
     before = settled(lambda: _state(conn))
@@ -317,8 +315,8 @@ def _edit_submission(pause_id: str) -> dict[str, Any]:
 def test_a_modal_submission_carrying_a_command_field_still_gets_its_errors(
     services, slack, env, conn
 ):
-    """Bolt routes a view_submission to its view listener (registered before the command),
-    whose answer carries the errors: the bot must not answer it first, empty."""
+    """Bolt routes a view_submission to its view listener, whose answer carries the errors,
+    even when the payload also carries a slash command's field."""
     pause_id = _pause()
     _card_ts(slack, conn, pause_id)
     status, text = _send(services.bot_url, _form(_edit_submission(pause_id)))
@@ -331,94 +329,3 @@ def test_a_modal_submission_carrying_a_command_field_still_gets_its_errors(
     assert store.load(conn, pause_id).status is Status.PENDING
 
 
-# --- route_of ---------------------------------------------------------------------------------
-
-
-def _click(action_id: Any) -> dict[str, Any]:
-    return block_actions_payload(user_id="U1", action_id=action_id, value="v")
-
-
-ROUTES = {
-    "approve": (_click(APPROVE_ACTION), ("action", APPROVE_ACTION)),
-    "retry": (_click(RETRY_ACTION), ("action", RETRY_ACTION)),
-    "next page": (_click(NEXT_PAGE_ACTION), ("action", NEXT_PAGE_ACTION)),
-    "edit (a modal, not acknowledged)": (_click(EDIT_ACTION), ("action", EDIT_ACTION)),
-    "an unknown action": (_click("nope"), ("action", "nope")),
-    "the first of two actions": (
-        {**_click("a"), "actions": [{"action_id": "a"}, {"action_id": "b"}]},
-        ("action", "a"),
-    ),
-    "app_home_opened": (
-        event_callback_payload({"type": "app_home_opened", "user": "U1"}),
-        ("event", "app_home_opened"),
-    ),
-    "a message event": (event_callback_payload({"type": "message"}), ("event", "message")),
-    "a slash command form": (
-        slash_command_form(user_id="U1", response_url="https://x"),
-        ("command", PENDING_COMMAND),
-    ),
-    "a command as JSON": ({"command": "/other", "text": ""}, ("command", "/other")),
-}
-
-
-@pytest.mark.parametrize("body, route", ROUTES.values(), ids=ROUTES.keys())
-def test_route_of_reads_the_route_bolt_matches(body, route):
-    assert route_of(body) == route
-
-
-NO_ROUTE = {
-    "empty": {},
-    "a view submission": view_submission_payload(
-        user_id="U1", callback_id=EDIT_VIEW, private_metadata="x", values={}
-    ),
-    "url verification": {"type": "url_verification", "challenge": "c"},
-    "block_actions without actions": {"type": "block_actions"},
-    "actions not a list": {"type": "block_actions", "actions": {"action_id": "a"}},
-    "actions a string": {"type": "block_actions", "actions": "approval_approve"},
-    "actions empty": {"type": "block_actions", "actions": []},
-    "first action not an object": {"type": "block_actions", "actions": ["approval_approve"]},
-    "first action without an id": {"type": "block_actions", "actions": [{"value": "x"}]},
-    "action_id not a string": {"type": "block_actions", "actions": [{"action_id": 5}]},
-    "action_id null": {"type": "block_actions", "actions": [{"action_id": None}]},
-    "action_id a list": {"type": "block_actions", "actions": [{"action_id": ["a"]}]},
-    "an unreadable click with a command": {
-        "type": "block_actions",
-        "actions": [],
-        "command": PENDING_COMMAND,
-    },
-    "event_callback without event": {"type": "event_callback"},
-    "event not an object": {"type": "event_callback", "event": "app_home_opened"},
-    "event without a type": {"type": "event_callback", "event": {"user": "U1"}},
-    "event type not a string": {"type": "event_callback", "event": {"type": 1}},
-    "an unreadable event with a command": {
-        "type": "event_callback",
-        "event": None,
-        "command": PENDING_COMMAND,
-    },
-    "command not a string": {"command": ["/agent-pending"]},
-    "command null": {"command": None},
-    "type not a string": {"type": ["block_actions"], "actions": [{"action_id": "a"}]},
-}
-
-
-@pytest.mark.parametrize("body", NO_ROUTE.values(), ids=NO_ROUTE.keys())
-def test_route_of_malformed_or_other_shapes_is_none(body):
-    assert route_of(body) is None
-
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        {
-            **view_submission_payload(
-                user_id="U1", callback_id=EDIT_VIEW, private_metadata="x", values={}
-            ),
-            "command": PENDING_COMMAND,
-        },
-        {"type": "url_verification", "challenge": "c", "command": PENDING_COMMAND},
-    ],
-    ids=["view_submission", "url_verification"],
-)
-def test_route_of_a_view_submission_or_url_verification_with_a_command_is_none(body):
-    """Bolt answers these with the view listener or the URL challenge, not the command."""
-    assert route_of(body) is None
