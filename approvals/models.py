@@ -29,6 +29,8 @@ from approvals.secrets import mask
 
 
 class Status(StrEnum):
+    """Where an approval is in its life (the diagram in this module's docstring)."""
+
     PENDING = "pending"
     APPROVED = "approved"
     EDITED = "edited"
@@ -67,6 +69,8 @@ def sources_of(target: Status) -> list[Status]:
 
 
 class DecisionKind(StrEnum):
+    """What a reviewer decided about a paused call."""
+
     APPROVE = "approve"
     EDIT = "edit"
     REJECT = "reject"
