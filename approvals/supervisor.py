@@ -1,7 +1,8 @@
 """Run child processes together: prefix their output, restart the ones that crash, stop all.
 
 ``approvals dev`` runs the bot and the worker as the production commands, each in its own
-process, and ``approvals worker --processes N`` keeps N workers alive the same way. One
+process (in production, gunicorn supervises the bot's processes and RQ's ``WorkerPool`` the
+workers'). One
 terminal shows every line a child prints, prefixed with its name; a crash is reported and the
 child restarted (with growing pauses, so a child that cannot start does not spin); Ctrl-C
 stops everything.
