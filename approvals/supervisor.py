@@ -2,10 +2,9 @@
 
 ``approvals dev`` runs the bot and the worker as the production commands, each in its own
 process (in production, gunicorn supervises the bot's processes and RQ's ``WorkerPool`` the
-workers'). One
-terminal shows every line a child prints, prefixed with its name; a crash is reported and the
-child restarted (with growing pauses, so a child that cannot start does not spin); Ctrl-C
-stops everything.
+workers'). One terminal shows every line a child prints, prefixed with its name; a crash is
+reported and the child restarted (with growing pauses, so a child that cannot start does not
+spin); Ctrl-C stops everything.
 """
 
 from __future__ import annotations
