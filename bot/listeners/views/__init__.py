@@ -1,4 +1,11 @@
-"""Modal submissions: Edit (approve with new arguments), Reject (with a reason), Respond."""
+"""Modal submissions: Edit (approve with new arguments), Reject (with a reason), Respond.
+
+A submission's answer is the modal's fate: validation errors keep it open, an empty answer
+closes it. So the ack function reads the form, checks it and records the decision (one atomic
+write) before answering; what Slack is then asked to show (the card, the thread, or a private
+note when the decision was refused) is lazy, after the answer, where a Slack call waiting out
+a rate limit cannot keep the modal from closing.
+"""
 
 from __future__ import annotations
 
@@ -39,14 +46,20 @@ class _Form(NamedTuple):
     name: str | None
 
 
+#: Where the ack function leaves the outcome for ``announce_submission``: the decided
+#: ``Approval``, or (channel, user, text) of a refusal.
+DECIDED = "approvals_decided"
+REFUSED = "approvals_refused"
+
+
 def register(app: App) -> None:
-    app.view(EDIT_VIEW)(handle_edit_submit)
-    app.view(REJECT_VIEW)(handle_reject_submit)
-    app.view(RESPOND_VIEW)(handle_respond_submit)
+    app.view(EDIT_VIEW)(ack=handle_edit_submit, lazy=[announce_submission])
+    app.view(REJECT_VIEW)(ack=handle_reject_submit, lazy=[announce_submission])
+    app.view(RESPOND_VIEW)(ack=handle_respond_submit, lazy=[announce_submission])
 
 
 def handle_edit_submit(
-    ack: Ack, body: dict[str, Any], view: dict[str, Any], context: dict[str, Any], client: WebClient
+    ack: Ack, body: dict[str, Any], view: dict[str, Any], context: dict[str, Any]
 ) -> None:
     runtime = runtime_of(context)
     form = _form(runtime, ack, body, view)
@@ -64,11 +77,11 @@ def handle_edit_submit(
         ack(response_action="errors", errors=_visible(errors, approval))
         return
     ack()
-    _decide(runtime, client, form, DecisionKind.EDIT, arguments=arguments)
+    _decide(runtime, context, form, DecisionKind.EDIT, arguments=arguments)
 
 
 def handle_reject_submit(
-    ack: Ack, body: dict[str, Any], view: dict[str, Any], context: dict[str, Any], client: WebClient
+    ack: Ack, body: dict[str, Any], view: dict[str, Any], context: dict[str, Any]
 ) -> None:
     runtime = runtime_of(context)
     form = _form(runtime, ack, body, view)
@@ -79,11 +92,11 @@ def handle_reject_submit(
         ack(response_action="errors", errors={REASON_BLOCK: "Say why: the agent is told."})
         return
     ack()
-    _decide(runtime, client, form, DecisionKind.REJECT, reason=reason)
+    _decide(runtime, context, form, DecisionKind.REJECT, reason=reason)
 
 
 def handle_respond_submit(
-    ack: Ack, body: dict[str, Any], view: dict[str, Any], context: dict[str, Any], client: WebClient
+    ack: Ack, body: dict[str, Any], view: dict[str, Any], context: dict[str, Any]
 ) -> None:
     runtime = runtime_of(context)
     form = _form(runtime, ack, body, view)
@@ -94,7 +107,7 @@ def handle_respond_submit(
         ack(response_action="errors", errors={RESPONSE_BLOCK: "Write what the agent receives."})
         return
     ack()
-    _decide(runtime, client, form, DecisionKind.RESPOND, response=response)
+    _decide(runtime, context, form, DecisionKind.RESPOND, response=response)
 
 
 def _form(runtime: Runtime, ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> _Form | None:
@@ -115,7 +128,7 @@ def _form(runtime: Runtime, ack: Ack, body: dict[str, Any], view: dict[str, Any]
 
 
 def _decide(
-    runtime: Runtime, client: WebClient, form: _Form, kind: DecisionKind, **details: Any
+    runtime: Runtime, context: dict[str, Any], form: _Form, kind: DecisionKind, **details: Any
 ) -> None:
     approval = form.approval
     try:
@@ -130,9 +143,20 @@ def _decide(
             **details,
         )
     except ApprovalsError as exc:
-        client.chat_postEphemeral(channel=approval.channel, user=form.user, text=explain(exc))
+        context[REFUSED] = (approval.channel, form.user, explain(exc))
         return
-    slack.announce_decision(client, runtime.conn, decided)
+    context[DECIDED] = decided
+
+
+def announce_submission(context: dict[str, Any], client: WebClient) -> None:
+    """After the answer: show the decision on the card and in its thread, or tell the person
+    privately why it was refused."""
+    decided, refused = context.get(DECIDED), context.get(REFUSED)
+    if isinstance(decided, Approval):
+        slack.announce_decision(client, runtime_of(context).conn, decided)
+    elif refused is not None:
+        channel, user, text = refused
+        client.chat_postEphemeral(channel=channel, user=user, text=text)
 
 
 def _visible(errors: dict[str, str], approval: Approval) -> dict[str, str]:
