@@ -44,7 +44,7 @@ def load_plugins(settings: Settings) -> None:
 def warm_models() -> int:
     """Resolve every installed sync model and alias now, as ``resolve_model`` would later;
     returns how many ids are cached. A forked work-horse then inherits them instead of
-    asking every plugin for its models again (about 2 ms per resume)."""
+    asking every plugin for its models again in every resume."""
     with _lock:
         for model_with_aliases in llm.get_models_with_aliases():
             model = model_with_aliases.model

@@ -45,7 +45,7 @@ def _sdk_logger() -> logging.Logger:
 
     slack_sdk builds the text of a debug line for every request and response (the whole
     body, all headers) whenever its logger's *own* level is unset, even when no debug line
-    is printed: a tenth of a millisecond per call, two calls per approval (bench B5).
+    is printed, on every call the bot and the worker make.
     """
     logger = logging.getLogger("slack_sdk.web.base_client")
     if logger.level == logging.NOTSET:

@@ -103,7 +103,7 @@ def eval_script(conn: redis.Redis, lua: str, keys: list[str], args: list[Any]) -
     return script(keys=keys, args=args, client=conn)
 
 
-# Given once: left to redis-py, every client re-reads the package metadata (~1 ms each).
+# Given once: left to redis-py, every new client re-reads the package's metadata from disk.
 _DRIVER_INFO = DriverInfo(lib_version=redis.__version__)
 
 
@@ -319,7 +319,7 @@ def create(conn: redis.Redis, approval: Approval, history: list[dict[str, Any]])
     pipe.multi()  # explicit, so RQ's enqueue(pipeline=...) joins this transaction
     pipe.hset(
         approval_key(approval.id),
-        # Compact: it is kept for every waiting approval (bench B7).
+        # Compact: it is kept for every waiting approval, so its size is Redis's memory.
         mapping={
             "record": json.dumps(approval.record(), separators=(",", ":")),
             "status": Status.PENDING.value,
@@ -474,11 +474,8 @@ def first_sighting(conn: redis.Redis, signature: str, ttl: int) -> bool:
     """Remember a request signature for ``ttl`` seconds; False when it was remembered already.
 
     Every bot replica shares these keys, so a replayed request is refused wherever it lands.
-    On the path of every click's answer, hence ``execute_command``: ``conn.set()`` inspects
-    its arguments for deprecations first, a quarter of the call's time (bench B2).
     """
-    reply = conn.execute_command("SET", seen_key(signature), b"1", "NX", "EX", ttl)  # type: ignore[no-untyped-call]
-    return bool(reply)
+    return bool(conn.set(seen_key(signature), b"1", nx=True, ex=ttl))
 
 
 def pending_count(conn: redis.Redis) -> int:
