@@ -32,13 +32,6 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
 
 
-def _at_least_one(env: Mapping[str, str], name: str, default: int) -> int:
-    value = _int(env, name, default)
-    if value < 1:
-        raise ConfigError(f"{name} must be at least 1, got {value}")
-    return value
-
-
 def _number(
     env: Mapping[str, str], name: str, default: float, low: float, high: float | None = None
 ) -> float:
@@ -76,15 +69,10 @@ class Settings:
     queue: str = "approvals"
     #: Modules registered with llm's plugin manager in every process (models not pip-installed).
     llm_plugins: tuple[str, ...] = ()
-    #: "Worker" forks a work-horse per resume (isolation); "SimpleWorker" runs every job
-    #: in-process (speed).
+    #: "Worker" forks a work-horse per job (isolation); "SimpleWorker" runs every job in the
+    #: worker process (no fork, so jobs start sooner; a crashing tool takes the worker down).
     worker_class: str = "Worker"
     job_timeout: int = 600
-    #: One resume job runs up to this many decided approvals: its own and those queued right
-    #: behind it, sparing each RQ's per-job bookkeeping and a fork (1: one per job and horse).
-    #: Its first second bounds a batch first: 500 hardly ever binds (bench B5, two forking
-    #: workers: 173-211/s with 20, 225-268/s with 100, 227-365/s with 200 and 500).
-    resume_batch: int = 500
     #: Modules the worker may import tools from (and their submodules); anything else is refused.
     tool_modules: tuple[str, ...] = ()
     #: Argument names whose values are masked in Slack (matched by name parts).
@@ -124,7 +112,6 @@ class Settings:
             llm_plugins=_csv(env.get("APPROVALS_LLM_PLUGINS")),
             worker_class=worker_class,
             job_timeout=_int(env, "APPROVALS_JOB_TIMEOUT", 600),
-            resume_batch=_at_least_one(env, "APPROVALS_RESUME_BATCH", 500),
             tool_modules=_csv(env.get("APPROVALS_TOOL_MODULES")),
             secret_names=_csv(env.get("APPROVALS_SECRET_NAMES")) or DEFAULT_SECRET_NAMES,
             worker_ttl=_int(env, "APPROVALS_WORKER_TTL", 30),

@@ -12,7 +12,6 @@ from typing import Any
 
 import redis
 from rq import Queue, Retry
-from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from approvals import store
@@ -32,9 +31,6 @@ WARN_DEADLINE = "warn"
 
 #: How long RQ keeps a finished job's result (the approval's own record is what matters).
 RESULT_TTL = 3600
-#: A resume job takes more resumes only this long after it started (``worker.jobs``), and
-#: its timeout is longer by as much, so every approval it runs gets the full job timeout.
-RESUME_BATCH_SECONDS = 1
 #: Slack may be briefly unreachable or throttling: retry posting with growing pauses.
 _SLACK_RETRY = Retry(max=6, interval=[1, 2, 5, 10, 30, 60])
 
@@ -72,44 +68,10 @@ def enqueue_resume(
         RESUME,
         approval_id,
         job_id=f"resume-{approval_id}{suffix}",
-        job_timeout=settings.job_timeout + RESUME_BATCH_SECONDS,
+        job_timeout=settings.job_timeout,
         result_ttl=RESULT_TTL,
         pipeline=pipeline,
     )
-
-
-def next_resume(conn: redis.Redis, settings: Settings) -> tuple[str, str] | None:
-    """The next job in the queue, as (job id, approval id), if it is a resume.
-
-    Only the head of the queue is looked at: a worker that goes on with the next resume
-    takes nothing out of turn, so card posts and other jobs queued first are never delayed.
-    """
-    head = conn.lindex(get_queue(conn, settings).key, 0)
-    if head is None:
-        return None
-    job_id = head.decode() if isinstance(head, bytes) else str(head)
-    prefix, _, rest = job_id.partition("-")
-    approval_id = rest.split("-", 1)[0]  # resume-<id> or, for a retry, resume-<id>-<ns>
-    if prefix != "resume" or not approval_id:
-        return None
-    return job_id, approval_id
-
-
-# Remove a job only while it waits in the queue: one that a worker has taken is its own.
-_DROP_QUEUED_LUA = """
-if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
-  redis.call('DEL', KEYS[2])
-  return 1
-end
-return 0
-"""
-
-
-def drop_queued(conn: redis.Redis, settings: Settings, job_id: str) -> bool:
-    """Take a job that no worker has started out of the queue, and delete it; False if a
-    worker dequeued it first (it then finds its approval taken and skips it)."""
-    keys = [get_queue(conn, settings).key, Job.key_for(job_id)]
-    return bool(store.eval_script(conn, _DROP_QUEUED_LUA, keys, [job_id]))
 
 
 def enqueue_publish(conn: redis.Redis, settings: Settings, approval_id: str) -> None:
@@ -143,8 +105,8 @@ def schedule_expiry(
 
     They live in a sorted set, not in a process, so they fire on time even when every bot
     and worker restarted in between: each worker sweeps the due ones (``deadlines.sweep``)
-    into jobs. Two entries of a few dozen bytes, where RQ's scheduled jobs took 2.8 KB per
-    waiting approval (bench B7); a decision removes them.
+    into jobs. Two small entries per waiting approval, far less than RQ's scheduled jobs
+    keep; a decision removes them.
     """
     target = pipeline if pipeline is not None else conn
     store.add_deadline(target, EXPIRE_DEADLINE, approval_id, expires_at)

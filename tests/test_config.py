@@ -58,7 +58,6 @@ def test_every_variable_is_read():
             "APPROVALS_LLM_PLUGINS": "tests.agents.scripted",
             "APPROVALS_WORKER_CLASS": "SimpleWorker",
             "APPROVALS_JOB_TIMEOUT": "30",
-            "APPROVALS_RESUME_BATCH": "5",
         }
     )
     assert settings == Settings(
@@ -74,7 +73,6 @@ def test_every_variable_is_read():
         llm_plugins=("tests.agents.scripted",),
         worker_class="SimpleWorker",
         job_timeout=30,
-        resume_batch=5,
     )
 
 
@@ -107,21 +105,13 @@ def test_the_default_slack_api_url_is_slack():
     assert Settings.from_env({}).slack_api_url == DEFAULT_SLACK_API_URL == "https://slack.com/api/"
 
 
-@pytest.mark.parametrize(
-    "name", ["APPROVALS_CHAIN_LIMIT", "APPROVALS_JOB_TIMEOUT", "APPROVALS_RESUME_BATCH"]
-)
+@pytest.mark.parametrize("name", ["APPROVALS_CHAIN_LIMIT", "APPROVALS_JOB_TIMEOUT"])
 @pytest.mark.parametrize("raw", ["ten", "1.5", "3s", "0x10"])
 def test_a_bad_integer_names_its_variable(name, raw):
     """A number that is not a whole number stops start-up with the variable's name and value."""
     with pytest.raises(ConfigError, match=name) as info:
         Settings.from_env({name: raw})
     assert repr(raw) in str(info.value)
-
-
-@pytest.mark.parametrize("raw", ["0", "-3"])
-def test_a_resume_batch_holds_at_least_one_approval(raw):
-    with pytest.raises(ConfigError, match="APPROVALS_RESUME_BATCH must be at least 1"):
-        Settings.from_env({"APPROVALS_RESUME_BATCH": raw})
 
 
 def test_integers_allow_surrounding_spaces():

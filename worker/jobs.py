@@ -10,10 +10,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import sys
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -25,10 +24,7 @@ from approvals.config import Settings
 from approvals.errors import ResumeError, ToolAlreadyStarted
 from approvals.logs import bind_approval
 from approvals.models import DECIDED, Approval, RunResult, Status, result_to_dict
-from approvals.plugins import loaded_models, resolve_model
 from approvals.recovery import LEASE_SECONDS
-from approvals.tools import describe_tool, import_tools
-from worker.later import Call, Later
 
 log = logging.getLogger(__name__)
 
@@ -49,19 +45,12 @@ def _about_approval(job: F) -> F:
 #: A run shorter than this goes straight to its result, without a "running" redraw between.
 RUNNING_AFTER = 1.0
 
-#: One thread renews the leases of every resume running in this process, another draws the
-#: "running" cards: a thread of their own per resume cost more than the rest of a quick one.
-_LEASES = Later("lease-renewal")
-_NOTICES = Later("running-notice")
+#: How long the end of a run waits for a "running" redraw already under way (a Slack call
+#: sleeping out a rate limit), so that the result is what the card shows last.
+NOTICE_WAIT = 15.0
 
 #: The flag (``store.claim``) that lets one attempt publish a run's result.
 PUBLISHED = "result_published"
-
-#: Shows a finished run in Slack: (the approval, whether its "result_published" flag is set).
-Publish = Callable[[Approval, bool], None]
-
-#: Threads that show a batch's results in Slack while its next approvals run.
-PUBLISHERS = 4
 
 #: Longer than a card post can take with slack_sdk's own retries (Retry-After included).
 CARD_LOCK_SECONDS = 90
@@ -87,35 +76,6 @@ def warm() -> None:
     _settings()
     _conn()
     _client()
-
-
-def prepare_horse() -> None:
-    """What a spare work-horse does while it waits, so that its resume does not: open this
-    process's Redis connection, start the lease and "running" threads."""
-    _conn().ping()
-    _LEASES.start()
-    _NOTICES.start()
-
-
-def inherited() -> tuple[int, int, int]:
-    """What a work-horse inherits from its worker that a resume needs: modules, described
-    tools, resolved models. A spare horse forked when this differed lacks what was loaded since."""
-    return len(sys.modules), describe_tool.cache_info().currsize, loaded_models()
-
-
-def ready(func_name: str, args: Sequence[Any]) -> None:
-    """Before a work-horse is forked for a resume: import its tools, build their schemas and
-    resolve its model here, in the worker, so this horse and every later one inherit them
-    (a horse that built them itself spent 10 ms of each resume on it). Failures are left
-    for the job, which reports them on its approval."""
-    if func_name != queue.RESUME or not args or not isinstance(args[0], str):
-        return
-    try:
-        approval = store.load(_conn(), args[0])
-        import_tools(approval.tools, _settings().tool_modules)
-        resolve_model(approval.model_id)
-    except Exception:
-        log.debug("could not ready approval %s before its job", args[0], exc_info=True)
 
 
 class CardBeingPosted(Exception):
@@ -182,39 +142,11 @@ def warn_expiry(approval_id: str) -> None:
 def resume_approval(approval_id: str) -> str:
     """Resume a decided approval, at most once, and record how the run ended.
 
-    The job then goes on with the decided approvals whose resume jobs are next in the queue,
-    for up to ``RESUME_BATCH_SECONDS``: each skips RQ's own bookkeeping (about half of a
-    resume's cost with ``SimpleWorker``) and, with the forking worker, a fork of its own (five
-    times the throughput, bench B5). ``APPROVALS_RESUME_BATCH=1`` gives every resume its own
-    job, and so its own work-horse.
+    Each approval has a job of its own. RQ may run that job twice; only the attempt that
+    moves the approval to ``running`` runs it, and the lease that comes with the move lets
+    recovery (``approvals.recovery``) tell a live run from one whose worker died.
     """
     conn, settings = _conn(), _settings()
-    started = time.monotonic()
-    if settings.worker_class != "SimpleWorker" or settings.resume_batch == 1:
-        # In a work-horse each result is shown before the next resume is taken: a tool that
-        # kills the horse must not take a result already stored, but not yet shown, with it.
-        outcome = _resume_once(conn, settings, approval_id, _publish_now)
-        _resume_next_in_queue(conn, settings, started, _publish_now)
-        return outcome
-    # Results are shown while the next approval runs (Slack answers in 100 ms or more);
-    # the job ends once every one of them is.
-    with ThreadPoolExecutor(PUBLISHERS, thread_name_prefix="publish") as publishers:
-
-        def publish(done: Approval, claimed: bool) -> None:
-            publishers.submit(_publish_now, done, claimed)
-
-        outcome = _resume_once(conn, settings, approval_id, publish)
-        _resume_next_in_queue(conn, settings, started, publish)
-    return outcome
-
-
-def _resume_once(
-    conn: redis.Redis,
-    settings: Settings,
-    approval_id: str,
-    publish: Publish,
-    on_taken: Callable[[], object] | None = None,
-) -> str:
     # The lease comes with the move: a running approval without one is taken for dead.
     taken = store.transition(
         conn,
@@ -224,58 +156,24 @@ def _resume_once(
         event=store.audit_entry("resume_started", "worker"),
         lease=LEASE_SECONDS,
     ).ok
-    if on_taken is not None:  # taken here or not, its job has nothing left to do
-        on_taken()
     if not taken:
-        # Taken from the queue by a batch, another worker may simply have been quicker.
-        level = logging.DEBUG if on_taken is not None else logging.WARNING
-        log.log(level, "approval %s is not waiting to resume; not running it again", approval_id)
+        log.warning("approval %s is not waiting to resume; not running it again", approval_id)
         return "skipped"
     with _lease_kept(conn, approval_id):
-        return _resume(conn, settings, approval_id, publish)
+        return _resume(conn, settings, approval_id)
 
 
-def _resume_next_in_queue(
-    conn: redis.Redis, settings: Settings, started: float, publish: Publish
-) -> None:
-    """Resume the approvals whose jobs are next in the queue, as their own jobs would.
-
-    Each is taken the way its job takes it (the move to ``running``, with its lease), and
-    only then is its job removed from the queue: if this process dies in between, the job runs
-    and skips it, and recovery resumes the approval once its lease lapses. A failure here
-    (Redis, say) leaves the job in the queue, to run on its own.
-    """
-    for _ in range(settings.resume_batch - 1):
-        if time.monotonic() - started >= queue.RESUME_BATCH_SECONDS:
-            return
-        following = queue.next_resume(conn, settings)
-        if following is None:
-            return
-        job_id, approval_id = following
-        with bind_approval(approval_id):
-            try:
-                _resume_once(
-                    conn,
-                    settings,
-                    approval_id,
-                    publish,
-                    on_taken=functools.partial(queue.drop_queued, conn, settings, job_id),
-                )
-            except Exception:
-                log.warning(
-                    "could not go on with approval %s; its job will", approval_id, exc_info=True
-                )
-                return
-
-
-def _resume(conn: redis.Redis, settings: Settings, approval_id: str, publish: Publish) -> str:
+def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
     approval, history = store.load_with_history(conn, approval_id)
     # The card says "running" when the run takes a while; the update must not delay the
     # tool, so its clock starts once the tool has (or now, when the tool is not to run).
-    shown: list[Call] = []
+    shown: list[threading.Timer] = []
 
     def show_soon() -> None:
-        shown.append(_NOTICES.after(RUNNING_AFTER, _show_running, approval))
+        notice = threading.Timer(RUNNING_AFTER, _show_running, args=(approval,))
+        notice.daemon = True
+        notice.start()
+        shown.append(notice)
 
     decision = approval.decision
     if decision is None or not decision.kind.runs_tool:
@@ -304,7 +202,7 @@ def _resume(conn: redis.Redis, settings: Settings, approval_id: str, publish: Pu
         approval.status, approval.result = result.status, result
     else:  # moved on meanwhile (recovery took it for dead): show what the record says
         approval = store.load(conn, approval_id)
-    publish(approval, finished)
+    _publish_now(approval, finished)
     return result.status.value
 
 
@@ -355,28 +253,25 @@ def _run(
     )
 
 
-def _call_off(notices: list[Call]) -> None:
+def _call_off(notices: list[threading.Timer]) -> None:
     """Call off the "running" update, or wait for it if it began: the result comes last."""
     for notice in notices:
         notice.cancel()
+        notice.join(NOTICE_WAIT)
 
 
 def _publish_now(approval: Approval, claimed: bool = False) -> None:
     """Publish the result from this job; on failure, as its own job that RQ retries.
 
-    A separate job for every result cost a second trip through RQ per approval (bench B5).
+    The result is stored before this runs, so a Slack outage never loses it: the publish job
+    (the outbox) shows it once Slack answers, and the "result_published" flag makes sure it is
+    shown once. Publishing here first spares every run that second job.
     """
-    approval_id = approval.id
     try:
-        with bind_approval(approval_id):  # also in a publishing thread
-            _publish(approval, claimed)
+        _publish(approval, claimed)
     except Exception:
-        log.warning("publishing approval %s failed; retrying as a job", approval_id, exc_info=True)
-        try:
-            queue.enqueue_publish(_conn(), _settings(), approval_id)
-        except Exception:  # said here: in a publishing thread nobody else would say it
-            log.exception("approval %s: its result could not be queued for Slack", approval_id)
-            raise
+        log.warning("publishing approval %s failed; retrying as a job", approval.id, exc_info=True)
+        queue.enqueue_publish(_conn(), _settings(), approval.id)
 
 
 def _show_running(approval: Approval) -> None:
@@ -392,18 +287,38 @@ def _show_running(approval: Approval) -> None:
 def _lease_kept(conn: redis.Redis, approval_id: str) -> Iterator[None]:
     """Renew the lease while the resume runs; it lapses on its own if this process dies.
 
+    The lease is ours rather than RQ's job heartbeat: ``SimpleWorker`` sends no heartbeat while
+    a job runs, and recovery reads the lease and the approval's state in one atomic step.
     A run that ends normally has moved out of ``running``, which ended the lease; one that
     raised drops it here.
     """
-    renewal = _LEASES.every(LEASE_SECONDS / 3, store.hold_lease, conn, approval_id, LEASE_SECONDS)
+    renewal = _Renewal(LEASE_SECONDS / 3, store.hold_lease, args=(conn, approval_id, LEASE_SECONDS))
+    renewal.daemon = True
+    renewal.start()
     ended = False
     try:
         yield
         ended = True
     finally:
         renewal.cancel()
+        renewal.join()  # a renewal under way lands before the lease is dropped
         if not ended:
             store.drop_lease(conn, approval_id)
+
+
+class _Renewal(threading.Timer):
+    """A ``threading.Timer`` that calls again every ``interval`` until cancelled.
+
+    A failed call (Redis restarting, say) is logged and tried again next time: the lease
+    holds for three intervals, so one missed renewal does not let it lapse.
+    """
+
+    def run(self) -> None:
+        while not self.finished.wait(self.interval):
+            try:
+                self.function(*self.args, **self.kwargs)
+            except Exception:
+                log.warning("could not renew a lease; trying again", exc_info=True)
 
 
 @_about_approval
