@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 import redis
 from rq import Queue
 from rq.registry import FinishedJobRegistry, StartedJobRegistry
 
-from approvals import run_agent
+from approvals import run_agent, store
 from approvals.config import Settings
 from approvals.models import DecisionKind, Status
+from approvals.recovery import LEASE_SECONDS
 from approvals.review import decide
 from approvals.store import load
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.e2e import CHANNEL, block_text, card_showing, tool_runs
-from tests.processes import ROOT, approvals_command
+from tests.processes import ROOT, approvals_command, start_worker, wait_for_workers, wait_until
 
 COMPLETED = ":checkered_flag: Completed"
 
@@ -71,3 +74,39 @@ def _shows_its_result_once(slack, conn: redis.Redis, approval_id: str) -> None:
     card_showing(slack, approval.card_ts, COMPLETED)
     replies = [m for m in slack.thread(CHANNEL, approval.card_ts) if "done with" in block_text(m)]
     assert len(replies) == 1, approval_id
+
+
+def test_a_run_longer_than_its_lease_keeps_it_and_runs_once(slack, env, conn, tmp_path):
+    """The resume renews its lease while the tool runs: past the first lease's end, recovery
+    (every maintenance interval) leaves it alone, and it completes with the tool run once."""
+    prompt = script(calls(("charge_card", {"amount": 3})), say("done with the charge"))
+    pause_id = run_agent("scripted", prompt, tools=[tools.charge_card]).pause_id
+    assert pause_id
+    hold = Path(env["HOLD_FILE"])
+    hold.touch()
+    worker = start_worker(env, tmp_path / "worker.log", f"lease-{time.time_ns()}")
+    try:
+        wait_for_workers(env, [worker], 1)
+        decide(conn, Settings.from_env(), pause_id, DecisionKind.APPROVE, "UALICE")
+        wait_until(lambda: tool_runs(env, "charge_card"), 20, "the tool to start")
+        started = time.time()
+
+        def renewed_past_the_first_lease() -> bool:
+            held = conn.get(store.lease_key(pause_id))
+            return held is not None and float(held) > started + LEASE_SECONDS
+
+        wait_until(renewed_past_the_first_lease, LEASE_SECONDS * 2, "the lease renewed")
+        assert load(conn, pause_id).status is Status.RUNNING
+        hold.unlink()
+        _shows_its_result_once_when_done(slack, conn, pause_id)
+    finally:
+        hold.unlink(missing_ok=True)
+        worker.stop()
+    assert len(tool_runs(env, "charge_card")) == 1
+    events = [e["event"] for e in store.audit_trail(conn, pause_id)]
+    assert "interrupted" not in events and "requeued" not in events
+
+
+def _shows_its_result_once_when_done(slack, conn: redis.Redis, approval_id: str) -> None:
+    wait_until(lambda: load(conn, approval_id).status is Status.COMPLETED, 30, "the run to end")
+    _shows_its_result_once(slack, conn, approval_id)
