@@ -15,15 +15,19 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
 from slack_bolt import Ack, App, Respond
+from slack_bolt.adapter.socket_mode import SocketModeHandler
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry import RateLimitErrorRetryHandler
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.webhook import WebhookClient
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from tests.slack_requests import (
     block_actions_payload,
+    event_callback_payload,
     send_command,
     send_event,
     send_interaction,
@@ -31,15 +35,14 @@ from tests.slack_requests import (
     slash_command_form,
     view_submission_payload,
 )
-from tests.slack_standin import SlackStandIn
+from tests.slack_standin import NoAck, NotConnected, SlackStandIn
 
 SECRET = "test-signing-secret"
 
 
-@pytest.fixture(params=[None, 4], ids=["thread-per-connection", "httpd-threads"])
-def standin(request: pytest.FixtureRequest) -> Iterator[SlackStandIn]:
-    """Both ways the stand-in serves (the sandbox's, and the benchmark's ``threads=``)."""
-    server = SlackStandIn().start(threads=request.param)
+@pytest.fixture
+def standin() -> Iterator[SlackStandIn]:
+    server = SlackStandIn().start()
     try:
         yield server
     finally:
@@ -365,3 +368,136 @@ def test_a_delayed_call_is_answered_late_and_others_meanwhile(
     assert answered_meanwhile < finished[0]
     client.chat_update(channel="C1", ts=ts, text="z")  # only the next call was delayed
     assert standin.message("C1", ts).text == "z"
+
+
+# --------------------------------------------------------------------------- Socket Mode
+
+
+@pytest.fixture
+def socket_app(standin: SlackStandIn) -> Iterator[SocketModeHandler]:
+    """A small Bolt app connected through slack_sdk's own ``SocketModeHandler``."""
+    app = App(
+        client=WebClient(token=standin.token, base_url=standin.base_url),
+        request_verification_enabled=False,
+    )
+
+    @app.action("approve")
+    def handle_approve(ack: Ack, respond: Respond, body: dict[str, Any]) -> None:
+        ack()
+        respond(text=f"Approved {body['actions'][0]['value']}")
+
+    @app.command("/agent-pending")
+    def handle_pending(ack: Ack, command: dict[str, str]) -> None:
+        ack(text=f"nothing pending for {command['user_id']}")
+
+    @app.view("edit")
+    def handle_edit(ack: Ack, view: dict[str, Any]) -> None:
+        ack(response_action="errors", errors={"args": view["private_metadata"]})
+
+    @app.event("app_home_opened")
+    def handle_home(event: dict[str, Any], client: WebClient) -> None:
+        client.views_publish(user_id=event["user"], view={"type": "home", "blocks": []})
+
+    handler = SocketModeHandler(app, standin.app_token)
+    handler.connect()  # type: ignore[no-untyped-call]
+    standin.socket_mode.wait_for_connections(1, timeout=10)
+    yield handler
+    handler.close()  # type: ignore[no-untyped-call]
+
+
+def test_socket_mode_envelopes_reach_bolt_and_acks_come_back(
+    socket_app: SocketModeHandler, standin: SlackStandIn
+) -> None:
+    """Each kind of envelope reaches Bolt's listener; deliver returns what the ack carried."""
+    assert [c["method"] for c in standin.calls()] == ["auth.test", "apps.connections.open"]
+    url = standin.new_response_url()
+    click = block_actions_payload(user_id="U1", action_id="approve", value="ap-1", response_url=url)
+    assert standin.deliver("interactive", click) == {}
+    standin.wait_for(lambda: standin.responses())
+    assert standin.responses()[0]["text"] == "Approved ap-1"
+
+    form = slash_command_form(user_id="U2", response_url=standin.new_response_url())
+    assert standin.deliver("slash_commands", form) == {"text": "nothing pending for U2"}
+
+    submit = view_submission_payload(
+        user_id="U1", callback_id="edit", private_metadata="ap-1", values={}
+    )
+    answer = standin.deliver("interactive", submit)
+    assert answer == {"response_action": "errors", "errors": {"args": "ap-1"}}
+
+    event = event_callback_payload({"type": "app_home_opened", "user": "U3", "tab": "home"})
+    assert standin.deliver("events_api", event) == {}
+    standin.wait_for(lambda: standin.views())
+    assert standin.views()[0]["user_id"] == "U3"
+
+    envelopes = [d["envelope"] for d in standin.socket_mode.deliveries()]
+    assert [(e["type"], e["accepts_response_payload"]) for e in envelopes] == [
+        ("interactive", False),
+        ("slash_commands", True),
+        ("interactive", True),
+        ("events_api", False),
+    ]
+    assert (envelopes[3]["retry_attempt"], envelopes[3]["retry_reason"]) == (0, "")
+    acks = [d["ack"]["envelope_id"] for d in standin.socket_mode.deliveries()]
+    assert acks == [e["envelope_id"] for e in envelopes]
+
+
+def test_after_a_disconnect_message_the_sdk_reconnects(
+    socket_app: SocketModeHandler, standin: SlackStandIn
+) -> None:
+    """Slack's refresh: the client opens a new connection, closes the old, and still acks."""
+    assert standin.socket_mode.disconnect() == 1
+    standin.socket_mode.wait_for_connections(2, timeout=10)
+    standin.socket_mode.wait_for_closed(open_at_most=1, timeout=10)
+    assert len(standin.calls("apps.connections.open")) == 2
+    form = slash_command_form(user_id="U2", response_url=standin.new_response_url())
+    assert standin.deliver("slash_commands", form) == {"text": "nothing pending for U2"}
+
+
+def test_a_connection_is_greeted_with_hello_and_a_ticket_opens_only_one(
+    standin: SlackStandIn, client: WebClient
+) -> None:
+    """The URL from apps.connections.open works once; hello says how many are connected."""
+    url = WebClient(base_url=standin.base_url).apps_connections_open(app_token=standin.app_token)[
+        "url"
+    ]
+    assert url.startswith(standin.socket_mode.url + "/link/?ticket=")
+    with connect(url) as socket:
+        hello = json.loads(socket.recv(timeout=5))
+        assert hello["type"] == "hello" and hello["num_connections"] == 1
+        assert hello["connection_info"] == {"app_id": "A0001"}
+        with pytest.raises(InvalidStatus) as refused:
+            connect(url)
+        assert refused.value.response.status_code == 401
+
+
+def test_deliver_fails_at_its_deadline_without_an_app_or_an_ack(standin: SlackStandIn) -> None:
+    """No app connected: NotConnected; an app that never acks: NoAck, and it is recorded."""
+    with pytest.raises(NotConnected):
+        standin.deliver("events_api", event_callback_payload({"type": "x"}), timeout=0.2)
+    url = WebClient(base_url=standin.base_url).apps_connections_open(app_token=standin.app_token)[
+        "url"
+    ]
+    with connect(url) as socket:
+        socket.recv(timeout=5)  # hello
+        with pytest.raises(NoAck):
+            standin.deliver("events_api", event_callback_payload({"type": "x"}), timeout=0.2)
+        assert json.loads(socket.recv(timeout=5))["type"] == "events_api"
+    assert [d["ack"] for d in standin.socket_mode.deliveries()] == [None, None]
+
+
+@pytest.mark.parametrize(
+    ("method", "token", "error"),
+    [
+        ("apps.connections.open", "xoxb-test-token", "not_allowed_token_type"),
+        ("apps.connections.open", "xapp-1-wrong", "invalid_auth"),
+        ("auth.test", "xapp-1-A0001-test-app-token", "not_allowed_token_type"),
+    ],
+)
+def test_each_token_works_only_where_slack_takes_it(
+    standin: SlackStandIn, method: str, token: str, error: str
+) -> None:
+    """The app-level token opens connections only; the bot token does everything else."""
+    with pytest.raises(SlackApiError) as refused:
+        WebClient(token=token, base_url=standin.base_url).api_call(method)
+    assert refused.value.response["error"] == error

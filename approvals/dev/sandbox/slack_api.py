@@ -19,10 +19,11 @@ Usage::
     standin.stop()
 
 Supported methods (``POST`` or ``GET /api/<method>``, JSON or form bodies, query strings):
-``auth.test``, ``chat.postMessage``, ``chat.update``, ``chat.postEphemeral``, ``views.open``,
-``views.update``, ``views.publish``, ``usergroups.users.list``, ``conversations.info`` and
-``users.info``. Anything else answers ``unknown_method``. ``multipart/form-data`` bodies (file
-uploads) are not understood and answer ``invalid_form_data``. A missing token answers
+``apps.connections.open``, ``auth.test``, ``chat.postMessage``, ``chat.update``,
+``chat.postEphemeral``, ``views.open``, ``views.update``, ``views.publish``,
+``usergroups.users.list``, ``conversations.info`` and ``users.info``. Anything else answers
+``unknown_method``. ``multipart/form-data`` bodies (file uploads) are not understood and
+answer ``invalid_form_data``. A missing token answers
 ``not_authed``, a wrong one ``invalid_auth``. Beyond the 50-block limit it refuses duplicate or
 over-long ``block_id``s, and views over 100 blocks, of the wrong type, or with a modal title
 over 24 characters. ``chat.postMessage`` to a user id answers that user's DM channel
@@ -31,6 +32,12 @@ over 24 characters. ``chat.postMessage`` to a user id answers that user's DM cha
 Response URLs come from :meth:`SlackStandIn.new_response_url`; like Slack's they accept JSON
 bodies, answer ``ok`` as text, refuse a sixth use (``404 used_url``) and, when bound to a posted
 message, apply ``replace_original`` to it.
+
+Socket Mode: ``apps.connections.open``, called with the app-level token (:attr:`app_token`;
+the bot token there, or the app token elsewhere, answers ``not_allowed_token_type``), answers
+the URL of a local WebSocket (``socket_mode.py``). :meth:`SlackStandIn.deliver` sends a click,
+a slash command or an event down it as Slack's envelope and returns the app's acknowledgement;
+``socket_mode.disconnect()`` asks the app to reconnect, as Slack does when it rotates servers.
 """
 
 from __future__ import annotations
@@ -40,17 +47,15 @@ import copy
 import itertools
 import json
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from approvals import httpd
+from approvals.dev.sandbox.socket_mode import ACK_SECONDS, SocketModeServer
 
 __all__ = ["ApiError", "Message", "Reply", "SlackStandIn"]
 
@@ -68,8 +73,6 @@ PRIVATE_METADATA_LIMIT = 3000
 CALLBACK_ID_LIMIT = 255
 RESPONSE_URL_USES = 5
 """Slack lets a response_url be used five times (within 30 minutes)."""
-MAX_REQUEST_BYTES = 8 * 1024 * 1024
-"""Larger than anything the bot sends (a message's text and blocks stay under 1 MB)."""
 
 _BOT_ID = "B0001"
 _APP_ID = "A0001"
@@ -139,22 +142,26 @@ class SlackStandIn:
     def __init__(
         self,
         token: str = "xoxb-test-token",
+        app_token: str = "xapp-1-A0001-test-app-token",
         bot_user_id: str = "UBOT",
         team_id: str = "T0001",
         usergroups: dict[str, list[str]] | None = None,
     ) -> None:
         self.token = token
+        self.app_token = app_token
         self.bot_user_id = bot_user_id
         self.team_id = team_id
         self._initial_usergroups = dict(usergroups or {})
         self.usergroups: dict[str, list[str]] = dict(self._initial_usergroups)
         self._lock = threading.RLock()
         self._server: _Server | None = None
-        self._socket: socket.socket | None = None
         self._thread: threading.Thread | None = None
         # Never reset: a response URL left over from an earlier test must not alias a new one.
         self._response_counter = itertools.count(1)
+        #: Socket Mode: ``apps.connections.open`` points the app at this WebSocket server.
+        self.socket_mode = SocketModeServer(_APP_ID, on_change=self._socket_changed)
         self._methods: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+            "apps.connections.open": self._apps_connections_open,
             "auth.test": self._auth_test,
             "chat.postMessage": self._chat_post_message,
             "chat.update": self._chat_update,
@@ -170,30 +177,14 @@ class SlackStandIn:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(
-        self, host: str = "127.0.0.1", port: int = 0, *, threads: int | None = None
-    ) -> SlackStandIn:
+    def start(self, host: str = "127.0.0.1", port: int = 0) -> SlackStandIn:
         """Bind ``host`` on ``port`` (0: a free one) and serve from daemon threads.
 
-        By default a thread per connection, kept open as long as the client wants (the
-        sandbox's page long-polls). ``threads``: that many threads of ``approvals.httpd``,
-        each answering one request per connection, as Slack's clients (slack_sdk, Bolt's
-        ``respond``) send them; the benchmark uses it, since the stand-in shares the machine
-        with what it measures and a thread started per call cost it more than the call itself.
+        A thread per connection, kept open as long as the client wants (the sandbox's page
+        long-polls). Socket Mode's WebSocket listens on another free port of ``host``.
         """
-        if self._server is not None or self._socket is not None:
+        if self._server is not None:
             raise RuntimeError("SlackStandIn already started")
-        if threads is not None:
-            sock = socket.create_server((host, port), backlog=_Server.request_queue_size)
-            self._socket = sock
-            self._thread = threading.Thread(
-                target=httpd.serve,
-                args=(self._wsgi, sock, threads, MAX_REQUEST_BYTES),
-                name="slack-standin",
-                daemon=True,
-            )
-            self._thread.start()
-            return self
         server = _Server((host, port), _Handler)
         server.standin = self
         self._server = server
@@ -204,39 +195,23 @@ class SlackStandIn:
             daemon=True,
         )
         self._thread.start()
+        self.socket_mode.start(host)
         return self
 
     def stop(self) -> None:
-        """Stop serving and close the socket; safe to call twice."""
-        server, thread, sock = self._server, self._thread, self._socket
-        self._server, self._thread, self._socket = None, None, None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)  # wakes the threads blocked in accept()
-            sock.close()
-            if thread is not None:
-                thread.join(timeout=5)
-            return
+        """Stop serving and close the sockets (WebSocket connections too); safe to call twice."""
+        server, thread = self._server, self._thread
+        self._server, self._thread = None, None
         if server is None:
             return
+        self.socket_mode.stop()
         server.shutdown()
         server.server_close()
         if thread is not None:
             thread.join(timeout=5)
 
-    def _wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-        """The stand-in as a WSGI app (for ``approvals.httpd``)."""
-        body = environ["wsgi.input"].read()
-        path = environ.get("PATH_INFO", "")
-        if environ.get("QUERY_STRING"):
-            path += "?" + environ["QUERY_STRING"]
-        reply = self._reply_to(environ["REQUEST_METHOD"], path, _EnvironHeaders(environ), body)
-        status = f"{reply.status} {HTTPStatus(reply.status).phrase}"
-        start_response(status, [("Content-Type", reply.content_type), *reply.headers.items()])
-        return [reply.body]
-
     def __enter__(self) -> SlackStandIn:
-        return self.start() if self._server is None and self._socket is None else self
+        return self.start() if self._server is None else self
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
@@ -244,12 +219,9 @@ class SlackStandIn:
     @property
     def url(self) -> str:
         """``http://127.0.0.1:<port>``; only valid once started."""
-        if self._socket is not None:
-            host, port = self._socket.getsockname()[:2]
-        elif self._server is not None:
-            host, port = self._server.server_address[:2]
-        else:
+        if self._server is None:
             raise RuntimeError("SlackStandIn is not started")
+        host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
     @property
@@ -277,6 +249,7 @@ class SlackStandIn:
             self._ts_counter = itertools.count(1)
             self._view_counter = itertools.count(1)
             self.usergroups = dict(self._initial_usergroups)
+        self.socket_mode.reset()
 
     def new_response_url(self, *, channel: str | None = None, message_ts: str | None = None) -> str:
         """Return a fresh response URL that records what is POSTed to it.
@@ -290,6 +263,34 @@ class SlackStandIn:
             n = next(self._response_counter)
             self._response_urls[n] = {"channel": channel, "ts": message_ts, "uses": 0}
         return f"{self.url}/response/{n}"
+
+    def deliver(
+        self,
+        kind: str,
+        payload: dict[str, Any],
+        *,
+        timeout: float = ACK_SECONDS,
+        retry_attempt: int = 0,
+        retry_reason: str = "",
+    ) -> dict[str, Any]:
+        """Deliver a request to the app connected in Socket Mode and wait for its ack.
+
+        ``kind`` is the envelope type: ``"interactive"`` (a ``block_actions`` or
+        ``view_submission`` payload), ``"slash_commands"`` (the command's fields) or
+        ``"events_api"`` (an ``event_callback``); ``tests/slack_requests.py`` builds all three.
+        Returns the ack's payload (``{}`` when it has none), for example a view submission's
+        ``{"response_action": "errors", ...}``. See ``socket_mode.SocketModeServer.deliver``.
+
+        Raises:
+            NotConnected: no app connected before ``timeout``.
+            NoAck: the app did not acknowledge within ``timeout``.
+        """
+        return self.socket_mode.deliver(
+            kind, payload, timeout=timeout, retry_attempt=retry_attempt, retry_reason=retry_reason
+        )
+
+    def _socket_changed(self) -> None:
+        """A Socket Mode connection opened or closed (the sandbox tells its page)."""
 
     @staticmethod
     def dm_channel(user_id: str) -> str:
@@ -439,7 +440,7 @@ class SlackStandIn:
                 delays = self._delays.get(method)
                 delay = delays.pop(0) if delays else 0.0
             time.sleep(delay)  # outside the lock: other calls are answered meanwhile
-            self._check_auth(str(headers.get("Authorization") or ""), form_token)
+            self._check_auth(method, str(headers.get("Authorization") or ""), form_token)
             fault = self._take_fault(method)
             if fault is not None and fault.error is not None:
                 raise ApiError(fault.error)
@@ -459,12 +460,19 @@ class SlackStandIn:
             )
         return reply
 
-    def _check_auth(self, authorization: str, form_token: Any) -> None:
+    def _check_auth(self, method: str, authorization: str, form_token: Any) -> None:
+        """The bot token for every method but ``apps.connections.open``, which takes the
+        app-level token; the other kind answers ``not_allowed_token_type``, as in Slack."""
         token = authorization[len("Bearer ") :] if authorization.startswith("Bearer ") else None
         token = token or form_token
         if not token:
             raise ApiError("not_authed")
-        if token != self.token:
+        wanted, other = (self.token, self.app_token)
+        if method == "apps.connections.open":
+            wanted, other = other, wanted
+        if token == other:
+            raise ApiError("not_allowed_token_type")
+        if token != wanted:
             raise ApiError("invalid_auth")
 
     def _take_fault(self, method: str) -> _Fault | None:
@@ -506,6 +514,9 @@ class SlackStandIn:
         return Reply.text("ok")
 
     # ------------------------------------------------------------------ API methods
+
+    def _apps_connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "url": self.socket_mode.new_url()}
 
     def _auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -728,19 +739,6 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 1024
 
     standin: SlackStandIn
-
-
-class _EnvironHeaders:
-    """A WSGI environ's headers, read as ``http.server`` hands them over (``.get(name)``)."""
-
-    def __init__(self, environ: dict[str, Any]) -> None:
-        self._environ = environ
-
-    def get(self, name: str, default: Any = None) -> Any:
-        key = name.upper().replace("-", "_")
-        if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
-            key = "HTTP_" + key
-        return self._environ.get(key, default)
 
 
 class _Handler(BaseHTTPRequestHandler):
