@@ -57,13 +57,19 @@ def _data_dir(help: str) -> Callable[[F], F]:
     help="Port of the sandbox (with Slack tokens: of the bot in HTTP mode); 0 picks a free one.",
 )
 @click.option("--sandbox", is_flag=True, help="Use the local sandbox even if Slack tokens are set.")
+@click.option(
+    "--socket-mode",
+    is_flag=True,
+    help="Run the bot in Socket Mode behind the sandbox: it dials the sandbox's WebSocket, "
+    "and clicks, commands and events arrive over it instead of as signed HTTP requests.",
+)
 @_data_dir("Where Redis keeps its data and the sandbox its channel.")
-def dev_run(port: int, sandbox: bool, data_dir: Path) -> None:
+def dev_run(port: int, sandbox: bool, socket_mode: bool, data_dir: Path) -> None:
     """Run Redis, the bot, a worker and a local Slack sandbox: no workspace, no setup."""
     try:
         with _redis(data_dir) as redis_url:
-            use_sandbox = sandbox or not os.environ.get("SLACK_BOT_TOKEN")
-            with _slack(use_sandbox, port, data_dir) as slack:
+            use_sandbox = sandbox or socket_mode or not os.environ.get("SLACK_BOT_TOKEN")
+            with _slack(use_sandbox, socket_mode, port, data_dir) as slack:
                 _supervise(data_dir, redis_url, slack, port)
     except ApprovalsError as exc:
         raise click.ClickException(str(exc)) from None
@@ -110,7 +116,9 @@ def _redis(data_dir: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _slack(use_sandbox: bool, port: int, data_dir: Path) -> Iterator[Sandbox | None]:
+def _slack(
+    use_sandbox: bool, socket_mode: bool, port: int, data_dir: Path
+) -> Iterator[Sandbox | None]:
     if not use_sandbox:
         mode = "Socket Mode" if os.environ.get("SLACK_APP_TOKEN") else f"HTTP on port {port}"
         click.echo(f"approvals dev: connecting to your Slack workspace ({mode})")
@@ -123,13 +131,15 @@ def _slack(use_sandbox: bool, port: int, data_dir: Path) -> Iterator[Sandbox | N
         channel_name="approvals",
         users=SANDBOX_USERS,
         state_file=data_dir / "sandbox.json",
+        socket_mode=socket_mode,
     )
     try:
         sandbox.start(port=port)
     except OSError as exc:
         raise click.ClickException(f"cannot serve the sandbox on port {port}: {exc}") from None
     try:
-        click.echo(f"approvals dev: Slack sandbox at {sandbox.url}")
+        mode = " (the bot in Socket Mode)" if socket_mode else ""
+        click.echo(f"approvals dev: Slack sandbox at {sandbox.url}{mode}")
         yield sandbox
     finally:
         sandbox.stop()
@@ -147,6 +157,9 @@ def _supervise(data_dir: Path, redis_url: str, sandbox: Sandbox | None, port: in
     supervisor = Supervisor(
         specs, sys.stdout, on_line=_bot_watcher(sandbox, lambda text: supervisor.say(text))
     )
+    if sandbox is not None and sandbox.link.socket_mode:
+        # No port to announce: the bot is ready once its WebSocket is open.
+        sandbox.workspace.on_connected = lambda: supervisor.say(_ready(sandbox))
     info = {
         "pid": os.getpid(),
         "redis_url": redis_url,
@@ -182,7 +195,8 @@ def _child_env(redis_url: str, sandbox: Sandbox | None) -> dict[str, str]:
             SLACK_BOT_TOKEN=sandbox.token,
             SLACK_SIGNING_SECRET=sandbox.signing_secret,
             SLACK_API_URL=sandbox.api_url,
-            SLACK_APP_TOKEN="",  # HTTP mode: the sandbox posts signed requests to the bot
+            # Socket Mode: the bot dials the sandbox; else the sandbox posts signed requests.
+            SLACK_APP_TOKEN=sandbox.app_token if sandbox.link.socket_mode else "",
             APPROVALS_CHANNEL=sandbox.channel,
         )
     return env
@@ -201,9 +215,13 @@ def _bot_watcher(sandbox: Sandbox | None, say: Callable[[str], None]) -> LineHan
         if sandbox is not None and name == "bot" and _LISTENING in line:
             url = line.split(_LISTENING, 1)[1].strip()
             sandbox.set_bot_url(url)
-            say(f"approvals dev: ready. Open {sandbox.url} and run `approvals demo`.")
+            say(_ready(sandbox))
 
     return on_line
+
+
+def _ready(sandbox: Sandbox) -> str:
+    return f"approvals dev: ready. Open {sandbox.url} and run `approvals demo`."
 
 
 def _stop_on_signals(supervisor: Supervisor) -> dict[int, Any]:

@@ -103,9 +103,11 @@ def start_dev(
     log: Path,
     extra: dict[str, str] | None = None,
     ready: str = r"ready\. Open (http://\S+/) ",
+    args: tuple[str, ...] = (),
 ) -> Dev:
-    """Start ``approvals dev --port 0``; wait for ``ready`` (by default: the bot listens behind
-    the sandbox, whose URL is the pattern's group)."""
+    """Start ``approvals dev --port 0`` (plus ``args``); wait for ``ready`` (by default: the
+    bot listens behind the sandbox, or has connected to it, whose URL is the pattern's
+    group)."""
     env = {
         **CLEAN_ENV,
         "LLM_USER_PATH": str(data_dir.parent / "llm"),
@@ -113,7 +115,7 @@ def start_dev(
         "PYTHONPATH": str(ROOT),
     }
     process = Process(
-        approvals_command("dev", "--port", "0", "--data-dir", str(data_dir)), env, log
+        approvals_command("dev", "--port", "0", "--data-dir", str(data_dir), *args), env, log
     )
 
     def is_ready() -> str | None:

@@ -179,7 +179,8 @@ def test_with_redis_url_and_slack_tokens_set_it_uses_them(tmp_path, redis_server
         assert f"approvals dev: using REDIS_URL={url}" in dev.output()
         assert "connecting to your Slack workspace (HTTP on port 0)" in dev.output()
         assert "Slack sandbox" not in dev.output() and not (tmp_path / "data" / "redis").exists()
-        assert slack.calls("auth.test")
+        # gunicorn says it listens before its worker builds the app (which calls auth.test).
+        slack.wait_for(lambda: slack.calls("auth.test"), 30)
         conn = redis.Redis.from_url(url)
         wait_until(lambda: Worker.all(connection=conn), 30, "the worker to use that Redis")
         done = subprocess.run(
@@ -210,3 +211,35 @@ def test_demo_without_approvals_dev_says_what_to_do(tmp_path):
     )
     assert done.returncode == 1
     assert f"approvals dev is not running with --data-dir {tmp_path}; start it" in done.stderr
+
+
+def test_with_socket_mode_the_sandbox_talks_to_the_bot_over_its_websocket(tmp_path):
+    """`approvals dev --socket-mode`: the bot dials the sandbox, and a click on the demo's card
+    goes down that WebSocket: the tool runs and the card shows Completed; so do commands."""
+    dev = start_dev(tmp_path / "data", tmp_path / "dev.log", args=("--socket-mode",))
+    try:
+        output = dev.output()
+        assert "(the bot in Socket Mode)" in output
+        assert "[bot] approvals bot connecting to Slack in Socket Mode" in output
+        assert "listening on" not in output and dev.state()["bot"] is True
+        approval_id = dev.demo()
+        ts, _ = card_of(dev, approval_id)
+        build = build_folder(dev)
+
+        approve(dev, approval_id, ts)
+        html = card_showing(dev, ts, "Completed")
+        assert "data-action-id" not in html
+        assert not (build / "app.o").exists() and (build / "util.o").exists()
+
+        assert dev.post("send", {"text": "/agent-pending all"}) == {"ok": True, "error": None}
+        main = wait_until(
+            lambda: 'data-container="ephemeral"' in (m := dev.state()["main"]) and m,
+            20,
+            "the listing",
+        )
+        assert "Nothing is waiting" in main and "dispatch_failed" not in main
+    except BaseException:
+        print(f"\n----- approvals dev -----\n{dev.output()[-8000:]}")
+        raise
+    finally:
+        dev.stop()

@@ -1,10 +1,12 @@
-"""What a click in the sandbox's page becomes: the signed request Slack would send the bot.
+"""What a click in the sandbox's page becomes: the request Slack would send the bot.
 
 Each person's action (a button, a modal submission, a slash command, opening the Home tab) is
 turned into Slack's payload for it, built from the workspace's real state (the clicked
-message as it is now, the open modal's view), signed with the bot's signing secret and POSTed
-to the bot's ``/slack/events``. The bot's answer is then applied as Slack applies it: a modal
-closes, shows errors or changes; a failed slash command says so.
+message as it is now, the open modal's view). In HTTP mode it is signed with the bot's
+signing secret and POSTed to the bot's ``/slack/events``; in Socket Mode it goes down the
+WebSocket the bot opened, as an envelope the bot acknowledges. The bot's answer is then
+applied as Slack applies it: a modal closes, shows errors or changes; a failed slash command
+says so.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ from typing import Any
 
 from approvals.dev.sandbox.blocks import FormState
 from approvals.dev.sandbox.slack_requests import (
+    JSON,
     block_actions_payload,
+    event_callback_payload,
+    post_signed,
     send_command,
-    send_event,
     send_interaction,
     slash_command_form,
     view_submission_payload,
 )
+from approvals.dev.sandbox.socket_mode import NoAck, NotConnected
 from approvals.dev.sandbox.workspace import Origin, SandboxSlack
 
 #: Slack gives an app 3 seconds to acknowledge; the sandbox allows a little more on a slow CI.
@@ -38,12 +43,23 @@ class Outcome:
 
 
 class BotLink:
-    """Sends people's actions to the bot at ``bot_url`` (set once the bot listens)."""
+    """Sends people's actions to the bot: over HTTP to ``bot_url`` (set once the bot
+    listens), or, with ``socket_mode``, down the bot's WebSocket (once it connects)."""
 
-    def __init__(self, workspace: SandboxSlack, signing_secret: str) -> None:
+    def __init__(
+        self, workspace: SandboxSlack, signing_secret: str, socket_mode: bool = False
+    ) -> None:
         self.workspace = workspace
         self.secret = signing_secret
+        self.socket_mode = socket_mode
         self.bot_url: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether the bot can be reached (it listens, or its WebSocket is open)."""
+        if self.socket_mode:
+            return self.workspace.socket_mode.connections > 0
+        return self.bot_url is not None
 
     def click(self, user: str, container: dict[str, Any], action: dict[str, Any]) -> Outcome:
         """A button click on a message, an ephemeral message, a modal or the Home tab."""
@@ -69,9 +85,7 @@ class BotLink:
             team_id=self.workspace.team_id,
         )
         typed = _typed(values)
-        status, body = self._post(
-            lambda url: send_interaction(url, self.secret, payload, timeout=ACK_SECONDS)
-        )
+        status, body = self._send("interactive", payload)
         if status != 200:
             notice = f"We had some trouble connecting (the app answered {_what(status, body)})."
             self.workspace.set_modal_form(user, FormState(values=typed, notice=notice))
@@ -93,9 +107,7 @@ class BotLink:
             trigger_id=self.workspace.issue_trigger(user),
             team_id=self.workspace.team_id,
         )
-        status, body = self._post(
-            lambda url: send_command(url, self.secret, form, timeout=ACK_SECONDS)
-        )
+        status, body = self._send("slash_commands", form)
         if status != 200:
             error = f'{command} failed with the error "dispatch_failed" ({_what(status, body)})'
             self.workspace.post_ephemeral(user, channel, error, thread_ts)
@@ -114,11 +126,8 @@ class BotLink:
             "tab": "home",
             "event_ts": f"{self.workspace.revision}.000000",
         }
-        status, body = self._post(
-            lambda url: send_event(
-                url, self.secret, event, team_id=self.workspace.team_id, timeout=ACK_SECONDS
-            )
-        )
+        callback = event_callback_payload(event, team_id=self.workspace.team_id)
+        status, body = self._send("events_api", callback)
         return Outcome(True) if status == 200 else Outcome(False, _what(status, body))
 
     def _click_payload(
@@ -165,20 +174,44 @@ class BotLink:
         raise ValueError(f"unknown container {kind!r}")
 
     def _send_interaction(self, payload: dict[str, Any]) -> Outcome:
-        status, body = self._post(
-            lambda url: send_interaction(url, self.secret, payload, timeout=ACK_SECONDS)
-        )
+        status, body = self._send("interactive", payload)
         return Outcome(True) if status == 200 else Outcome(False, _what(status, body))
 
-    def _post(self, send: Any) -> tuple[int, str]:
-        """Call ``send(bot_url)``; a bot that is down or slow answers like an HTTP error."""
+    def _send(self, kind: str, payload: dict[str, Any]) -> tuple[int, str]:
+        """Send one request (an envelope type of Socket Mode's: ``interactive``,
+        ``slash_commands``, ``events_api``) the way this bot takes them; the answer as HTTP
+        would give it, so a bot that is down or slow answers like an HTTP error either way."""
+        if self.socket_mode:
+            return self._deliver(kind, payload)
         if self.bot_url is None:
             return 503, "the bot is not running yet"
         try:
-            status, body = send(self.bot_url)
+            if kind == "slash_commands":
+                status, body = send_command(self.bot_url, self.secret, payload, timeout=ACK_SECONDS)
+            elif kind == "events_api":
+                text = json.dumps(payload)
+                status, body = post_signed(
+                    self.bot_url, self.secret, text, JSON, timeout=ACK_SECONDS
+                )
+            else:
+                status, body = send_interaction(
+                    self.bot_url, self.secret, payload, timeout=ACK_SECONDS
+                )
         except (urllib.error.URLError, OSError) as exc:
             return 503, f"the bot did not answer: {exc}"
         return int(status), str(body)
+
+    def _deliver(self, kind: str, payload: dict[str, Any]) -> tuple[int, str]:
+        """Down the WebSocket: the ack's payload is what an HTTP answer's body would be."""
+        if not self.ready:
+            return 503, "the bot is not connected yet"
+        try:
+            answer = self.workspace.deliver(kind, payload, timeout=ACK_SECONDS)
+        except NotConnected:
+            return 503, "the bot is not connected"
+        except NoAck:
+            return 504, f"the bot did not acknowledge within {ACK_SECONDS:g} s"
+        return 200, json.dumps(answer) if answer else ""
 
     def _apply_view_answer(self, user: str, body: str, typed: dict[str, Any]) -> None:
         """``response_action``: errors stay in the modal; update/push replace it; else close."""

@@ -3,7 +3,9 @@
 ``/api/*`` and ``/response/*`` are the Web API stand-in (the bot's ``SLACK_API_URL`` points
 here, with a generated token). ``/`` is the page; ``/sandbox/*`` is its small JSON API: a
 long-polled ``state``, and the actions a person takes, which ``BotLink`` turns into requests
-signed with a generated secret that the bot is given as ``SLACK_SIGNING_SECRET``.
+signed with a generated secret that the bot is given as ``SLACK_SIGNING_SECRET``. With
+``socket_mode`` the bot is given a generated app-level token instead (``SLACK_APP_TOKEN``),
+dials the stand-in's WebSocket, and the actions go down it as Socket Mode envelopes.
 
 The page's endpoints change things (a click can approve a deletion), and the server listens on
 loopback where any web page in the same browser could reach it. So they take only JSON with
@@ -48,18 +50,21 @@ class Sandbox:
         channel_name: str,
         users: dict[str, str],
         state_file: Path | None = None,
+        socket_mode: bool = False,
     ) -> None:
         self.token = "xoxb-sandbox-" + secrets.token_hex(12)
+        self.app_token = "xapp-1-sandbox-" + secrets.token_hex(12)
         self.signing_secret = secrets.token_hex(20)
         self.channel = channel
         self.workspace = SandboxSlack(
             token=self.token,
+            app_token=self.app_token,
             users=users,
             channels={channel: channel_name},
             state_file=state_file,
         )
         self.workspace.pages = self._route
-        self.link = BotLink(self.workspace, self.signing_secret)
+        self.link = BotLink(self.workspace, self.signing_secret, socket_mode=socket_mode)
         self._actions: dict[str, Action] = {
             "/sandbox/click": lambda user, b: self.link.click(user, b["container"], b["action"]),
             "/sandbox/submit": lambda user, b: self.link.submit(user, b.get("values") or {}),
@@ -131,7 +136,7 @@ class Sandbox:
         )
         ctx = TextContext(users=self.workspace.users, channels=self.workspace.channels)
         state = render_state(self.workspace.snapshot(user), view, ctx, self.workspace.bot_user_id)
-        state["bot"] = self.link.bot_url is not None
+        state["bot"] = self.link.ready
         return Reply.json(state)
 
     def _act(self, path: str, headers: Any, body: bytes) -> Reply:

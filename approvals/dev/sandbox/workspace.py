@@ -92,9 +92,13 @@ class SandboxSlack(SlackStandIn):
         users: dict[str, str],
         channels: dict[str, str],
         state_file: Path | None = None,
+        app_token: str = "xapp-1-sandbox",
     ) -> None:
         self._last_ts = 0.0
-        super().__init__(token=token)
+        #: Called when the first Socket Mode connection opens (the bot is ready).
+        self.on_connected: Callable[[], None] | None = None
+        self._connections = 0
+        super().__init__(token=token, app_token=app_token)
         self.users = dict(users)
         self.channels = dict(channels)
         self._state_file = state_file
@@ -226,6 +230,14 @@ class SandboxSlack(SlackStandIn):
         self._changed()
 
     # ------------------------------------------------------------------ Web API overrides
+
+    def _socket_changed(self) -> None:
+        """The bot's WebSocket opened or closed: the page says whether it is connected."""
+        self._changed()
+        with self._lock:
+            was, self._connections = self._connections, self.socket_mode.connections
+        if self.on_connected is not None and was == 0 and self._connections > 0:
+            self.on_connected()
 
     def _handle(self, verb: str, path: str, headers: Any, body: bytes) -> Reply:
         reply = super()._handle(verb, path, headers, body)
