@@ -7,11 +7,14 @@ driven through the sandbox in ``test_dev.py`` and ``test_browser.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
@@ -20,9 +23,12 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.webhook import WebhookClient
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from approvals.dev.sandbox import workspace
 from approvals.dev.sandbox.server import Sandbox
+from tests.processes import wait_until
 
 CHANNEL = "C0APPROVALS"
 ME, MATE = "U0DEV", "U0MATE"
@@ -368,3 +374,66 @@ def test_the_page_and_its_assets_are_served(sandbox):
             assert kind in response.headers["Content-Type"]
     with pytest.raises(urllib.error.HTTPError, match="404"):
         urllib.request.urlopen(sandbox.url + "static/../server.py", timeout=5)
+
+
+@dataclass
+class SocketBot:
+    """What a bot in Socket Mode, by hand, was sent, and the payloads its next acks carry."""
+
+    hello: dict
+    envelopes: list[dict] = field(default_factory=list)
+    answers: list[dict] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def socket_bot(sandbox: Sandbox) -> Iterator[SocketBot]:
+    """Dial the sandbox's WebSocket and ack every envelope (with the next queued payload)."""
+    opened = WebClient(base_url=sandbox.api_url).apps_connections_open(app_token=sandbox.app_token)
+    with connect(opened["url"]) as socket:
+        bot = SocketBot(hello=json.loads(socket.recv(timeout=5)))
+
+        def ack_all() -> None:
+            with contextlib.suppress(ConnectionClosed):
+                for message in socket:
+                    envelope = json.loads(message)
+                    bot.envelopes.append(envelope)
+                    ack = {"envelope_id": envelope["envelope_id"]}
+                    if bot.answers:
+                        ack["payload"] = bot.answers.pop(0)
+                    socket.send(json.dumps(ack))
+
+        thread = threading.Thread(target=ack_all, daemon=True)
+        thread.start()
+        yield bot
+    thread.join(5)
+
+
+def test_in_socket_mode_actions_go_down_the_bots_websocket():
+    """No WebSocket: the page says the bot is away; once it dials in, clicks and commands go
+    to it as envelopes, and an ack's text shows as Slack shows a command's immediate answer."""
+    box = Sandbox(channel=CHANNEL, channel_name="approvals", users={ME: "dev"}, socket_mode=True)
+    box.start(port=0)
+    try:
+        assert state(box)["bot"] is False
+        posted = WebClient(token=box.token, base_url=box.api_url).chat_postMessage(
+            channel=CHANNEL, text="card", blocks=[BUTTON]
+        )
+        container = {"type": "message", "channel": CHANNEL, "ts": posted["ts"]}
+        _, answer = click(box, container)
+        assert answer == {"ok": False, "error": "HTTP 503: the bot is not connected yet"}
+
+        with socket_bot(box) as bot:
+            assert bot.hello["type"] == "hello" and state(box)["bot"] is True
+            assert click(box, container)[1] == {"ok": True, "error": None}
+            bot.answers.append({"text": "nothing is waiting"})
+            sent = page_post(box, "/sandbox/send", {"user": ME, "text": "/agent-pending"})
+            assert sent[1] == {"ok": True, "error": None}
+            assert "nothing is waiting" in state(box)["main"]
+            kinds = [
+                (e["type"], e["payload"].get("type") or e["payload"]["command"])
+                for e in bot.envelopes
+            ]
+            assert kinds == [("interactive", "block_actions"), ("slash_commands", "/agent-pending")]
+        wait_until(lambda: state(box)["bot"] is False, 10, "the page to see the bot leave")
+    finally:
+        box.stop()
