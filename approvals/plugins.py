@@ -53,11 +53,6 @@ def warm_models() -> int:
         return len(_models)
 
 
-def loaded_models() -> int:
-    """How many model ids this process has resolved."""
-    return len(_models)
-
-
 def resolve_model(model: SyncModel | str) -> SyncModel:
     """The model itself, or the sync model registered under that id (cached)."""
     if isinstance(model, llm.Model | llm.KeyModel):

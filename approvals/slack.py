@@ -99,7 +99,7 @@ def announce_decision(client: WebClient, conn: redis.Redis, approval: Approval) 
     """
     if approval.card_ts is None or approval.decision is None:
         return
-    update_card(client, approval)  # the same redraw twice is harmless; two replies are not
+    _redraw_until_current(client, conn, approval)  # the same redraw twice is harmless
     shown = f"{DECISION_SHOWN}:{approval.decision.at!r}"
     if not store.claim(conn, approval.id, shown):
         return
@@ -109,6 +109,28 @@ def announce_decision(client: WebClient, conn: redis.Redis, approval: Approval) 
     except Exception:
         store.release(conn, approval.id, shown)
         raise
+
+
+#: Statuses only move forward, so a card catches up with its record in a few redraws.
+_MOST_REDRAWS = 8
+
+
+def _redraw_until_current(client: WebClient, conn: redis.Redis, approval: Approval) -> None:
+    """Redraw the card, then again from the record while the record moved on meanwhile.
+
+    The worker may resume the run and redraw the card (running, completed) while this redraw
+    is on its way; nothing orders the two calls at Slack, so the one landing last would win
+    even if it shows an older state. The worker stores each state before it draws it, so
+    once a redraw has landed and the record still says what it showed, any later change is
+    drawn after it.
+    """
+    drawn = approval
+    for _ in range(_MOST_REDRAWS):
+        update_card(client, drawn)
+        latest = store.load(conn, approval.id)
+        if latest.status is drawn.status:
+            return
+        drawn = latest
 
 
 def announce_vote(client: WebClient, approval: Approval) -> None:

@@ -8,7 +8,16 @@ from pathlib import Path
 from approvals import run_agent
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
-from tests.e2e import CHANNEL, block_text, card_of, card_showing, click, reply_containing, tool_runs
+from tests.e2e import (
+    CHANNEL,
+    block_text,
+    card_of,
+    card_showing,
+    click,
+    reply_containing,
+    settled,
+    tool_runs,
+)
 from tests.processes import wait_until
 from worker.jobs import RUNNING_AFTER
 
@@ -77,4 +86,25 @@ def test_a_result_slack_refuses_is_published_later_and_once(services, slack, env
     assert len(failed) == 1
     replies = [m for m in slack.thread(CHANNEL, card.ts) if "done:" in block_text(m)]
     assert len(replies) == 1
+    assert len(tool_runs(env, "delete_path")) == 1
+
+
+def test_a_slow_redraw_of_the_decision_never_leaves_the_card_behind_its_result(
+    services, slack, env, conn
+):
+    """The bot's "approved" redraw reaches Slack after the worker's "completed" one: the bot
+    then sees the record moved on and draws it again, so the card ends on the result."""
+    pause_id = _pause("delete_path", {"path": "x"})
+    card = card_of(slack, pause_id)
+    slack.delay_next("chat.update", 1.5)  # the bot's redraw of the decision: the first update
+    click(slack, services.bot_url, "approve", pause_id, card_ts=card.ts)
+    reply_containing(slack, card.ts, "done")
+    wait_until(
+        lambda: any(COMPLETED not in update for update in _card_updates(slack, card.ts)),
+        10,
+        "the slow redraw of the decision to land",
+    )
+    final = settled(lambda: _card_updates(slack, card.ts))
+    assert COMPLETED in final[-1]
+    assert COMPLETED in block_text(slack.message(CHANNEL, card.ts))
     assert len(tool_runs(env, "delete_path")) == 1
