@@ -84,7 +84,7 @@ def bot_run(
     import os
 
     from approvals.logs import configure_logging
-    from bot.app import check_settings, create_app
+    from bot.app import check_settings
     from bot.server import serve_http, serve_socket_mode
 
     configure_logging(settings)
@@ -92,7 +92,7 @@ def bot_run(
     if settings.slack_app_token:
         if workers is not None and workers > 1:
             raise click.UsageError("--workers is for HTTP mode; Socket Mode runs one process")
-        serve_socket_mode(create_app(settings), settings.slack_app_token)
+        serve_socket_mode(settings, settings.slack_app_token)
     else:
         workers = workers or os.cpu_count() or 1
         serve_http(settings, host, port, workers, threads, timeout)

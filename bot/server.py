@@ -10,6 +10,8 @@ exits. Every process builds its own Bolt app, Redis and Slack clients after the 
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -124,9 +126,20 @@ def serve_http(
     HttpServer(settings, bind, workers, threads, timeout).run()
 
 
-def serve_socket_mode(app: App, app_token: str) -> None:
-    """Connect to Slack over a WebSocket (no public URL needed)."""
+def serve_socket_mode(settings: Settings, app_token: str) -> None:
+    """Connect to Slack over a WebSocket (no public URL needed) until SIGTERM or Ctrl-C;
+    then close the connection, so Slack sends the requests elsewhere, and wait for the work
+    the requests already acknowledged started."""
     from slack_bolt.adapter.socket_mode import SocketModeHandler
 
+    executor = ThreadPoolExecutor(WORK_THREADS, "listener-work")
+    handler = SocketModeHandler(create_app(settings, executor=executor), app_token)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
     print("approvals bot connecting to Slack in Socket Mode", flush=True)
-    SocketModeHandler(app, app_token).start()  # type: ignore[no-untyped-call]
+    handler.connect()  # type: ignore[no-untyped-call]
+    stop.wait()
+    log.info("stopping: closing the Socket Mode connection, then finishing the work under way")
+    handler.close()  # type: ignore[no-untyped-call]
+    executor.shutdown(wait=True)

@@ -150,6 +150,7 @@ def _supervise(data_dir: Path, redis_url: str, sandbox: Sandbox | None, port: in
     # Behind the sandbox the bot takes any free port; for real Slack, the one asked for.
     bot_port = "0" if sandbox else str(port)
     bot = [sys.executable, "-m", "approvals", "bot", "--host", "127.0.0.1", "--port", bot_port]
+    bot += ["--workers", "1"]  # one person clicking: one process is plenty
     specs = [
         ChildSpec("bot", bot, env),
         ChildSpec("worker", [sys.executable, "-m", "approvals", "worker"], env),

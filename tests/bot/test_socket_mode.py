@@ -7,6 +7,7 @@ server-side refresh of the connection in the middle of it all."""
 from __future__ import annotations
 
 import json
+import signal
 from typing import Any
 
 from approvals import run_agent, store
@@ -200,3 +201,22 @@ def test_after_slack_refreshes_the_connection_the_bot_reconnects_and_still_decid
     wait_status(conn, pause_id, Status.COMPLETED)
     assert len(tool_runs(env, "delete_path")) == 1
     card_showing(slack, card.ts, "Completed")
+
+
+def test_sigterm_closes_the_socket_then_finishes_the_work_a_click_started(
+    socket_services: SocketServices, slack: SlackStandIn, env: dict[str, str], conn
+):
+    """Told to stop while an acknowledged click's work waits on a slow Slack, the bot exits
+    cleanly only once that work is done: the card shows the decision."""
+    pause_id = _pause()
+    card = card_of(slack, pause_id)
+    updates_before = len(slack.calls("chat.update"))
+    slack.delay_next("chat.update", 2.0)
+    assert _click(slack, "approve", pause_id, card_ts=card.ts) == {}
+    socket_services.bot.popen.send_signal(signal.SIGTERM)
+    assert socket_services.bot.popen.wait(30) == 0
+    updates = slack.calls("chat.update")[updates_before:]
+    assert updates and updates[0]["args"]["ts"] == card.ts
+    assert "UALICE" in json.dumps(updates[0]["args"])
+    wait_status(conn, pause_id, Status.COMPLETED)
+    assert len(tool_runs(env, "delete_path")) == 1
