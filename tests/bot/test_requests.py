@@ -327,5 +327,3 @@ def test_a_modal_submission_carrying_a_command_field_still_gets_its_errors(
     assert status == 200
     assert json.loads(text)["response_action"] == "errors"
     assert store.load(conn, pause_id).status is Status.PENDING
-
-
