@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 from rq import Queue, Retry
+from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from approvals import store
@@ -53,6 +54,12 @@ def enqueue_card(
         # The record keeps the card's ts; a kept result only weighed on every waiting approval.
         result_ttl=0,
     )
+
+
+def resume_queued(conn: redis.Redis, approval_id: str) -> bool:
+    """Whether the decision's resume job was written (RQ keeps it while queued, running,
+    and for a while after)."""
+    return bool(Job.exists(f"resume-{approval_id}", connection=conn))
 
 
 def enqueue_resume(

@@ -1,25 +1,40 @@
-"""Finding resumes whose worker died, and settling them without running anything twice.
+"""Finding resumes whose worker died, and decisions whose resume was never queued, and
+settling them without running anything twice.
 
 RQ runs jobs at least once, and notices a dead worker only after minutes. A resume holds a
 short lease in Redis while it runs; when the lease lapses, ``recover_dead_runs`` settles the
 approval atomically: if the gated tool had not started, the approval simply goes back to its
 decision and is resumed again; if it had, the approval becomes ``interrupted`` and a person
 decides whether running it again is safe (``retry``).
+
+A decision is recorded in one atomic step and its resume job queued in the next: a decider
+(a bot process, the CLI) that dies between the two leaves a decided approval with no job.
+``requeue_stranded`` queues it again; the resume's own move to ``running`` keeps a second job
+from running anything twice.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import redis
 
 from approvals import queue, store
 from approvals.config import Settings
+from approvals.models import DECIDED, OnReject, Status
 
 log = logging.getLogger(__name__)
 
 #: A live resume renews its lease every third of this; a dead one is found within it.
 LEASE_SECONDS = 15
+
+#: A live decider queues the resume right after the decision; one this late never will.
+STRANDED_AFTER = 30
+#: How far back decisions are looked at (a stranded one is found within a maintenance round).
+STRANDED_WINDOW = 3600
+#: The flag that lets one worker queue a stranded decision's resume, once.
+REQUEUED = "stranded_requeued"
 
 
 def recover_dead_runs(conn: redis.Redis, settings: Settings) -> dict[str, str]:
@@ -39,3 +54,28 @@ def recover_dead_runs(conn: redis.Redis, settings: Settings) -> dict[str, str]:
             store.audit(conn, approval_id, "requeued", "system", reason="worker died")
             queue.enqueue_resume(conn, settings, approval_id, again=True)
     return outcomes
+
+
+def requeue_stranded(conn: redis.Redis, settings: Settings) -> list[str]:
+    """Queue the resume of every recent decision that has none; returns their ids."""
+    now = time.time()
+    requeued = []
+    for approval in store.decided_between(conn, now - STRANDED_WINDOW, now - STRANDED_AFTER):
+        stopped = approval.status in (Status.REJECTED, Status.EXPIRED) and (
+            approval.policy.on_reject is OnReject.STOP
+        )
+        if approval.status not in DECIDED or stopped or queue.resume_queued(conn, approval.id):
+            continue
+        if not store.claim(conn, approval.id, REQUEUED):
+            continue
+        log.warning(
+            "approval %s: decided, but its resume was never queued; queuing it", approval.id
+        )
+        try:
+            queue.enqueue_resume(conn, settings, approval.id, again=True)
+        except Exception:
+            store.release(conn, approval.id, REQUEUED)  # the next round tries again
+            raise
+        store.audit(conn, approval.id, "requeued", "system", reason="resume never queued")
+        requeued.append(approval.id)
+    return requeued

@@ -448,6 +448,12 @@ def pending_page(
         start += batch
 
 
+def decided_between(conn: redis.Redis, since: float, until: float) -> list[Approval]:
+    """The recently decided approvals whose decision was made between the two times."""
+    ids = cast(list[bytes], conn.zrangebyscore(DECIDED_KEY, since, until))
+    return _load_many(conn, [_text(i) for i in ids])
+
+
 def recent_decisions(conn: redis.Redis, limit: int = 10) -> list[Approval]:
     """The most recently decided approvals, newest first."""
     ids = [_text(i) for i in cast(list[bytes], conn.zrevrange(DECIDED_KEY, 0, limit - 1))]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -9,10 +10,11 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from approvals import run_agent, store
+from approvals import queue, run_agent, store
 from approvals.cli import cli
 from approvals.errors import ApprovalsError
-from approvals.models import DecisionKind, Status
+from approvals.models import Decision, DecisionKind, Status, decision_to_dict
+from approvals.recovery import STRANDED_AFTER
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.e2e import (
@@ -144,3 +146,25 @@ def _try(action):
         return action()
     except ApprovalsError:
         return None
+
+
+def test_a_decision_whose_decider_died_before_queuing_the_resume_still_resumes(
+    services, slack, env, conn
+):
+    """The decision is recorded (as the bot's first step does) and no resume job follows, as
+    when the bot dies between the two: a worker queues it once the decision is old enough,
+    and the tool runs once."""
+    pause_id = _pause("delete_path", {"path": "stranded"})
+    card_of(slack, pause_id)
+    approval = store.load(conn, pause_id)
+    decision = Decision(DecisionKind.APPROVE, "UALICE", time.time(), arguments=approval.arguments)
+    encoded = json.dumps(decision_to_dict(decision))
+    assert store.vote(conn, pause_id, Status.APPROVED, "UALICE", 1, encoded).outcome == "decided"
+    assert not queue.resume_queued(conn, pause_id)
+    # Time passes: the decision is now older than a live decider would ever take.
+    conn.zadd(store.DECIDED_KEY, {pause_id: time.time() - STRANDED_AFTER - 1}, xx=True)
+
+    wait_status(conn, pause_id, Status.COMPLETED, timeout=30)
+    assert [r["arguments"]["path"] for r in tool_runs(env, "delete_path")] == ["stranded"]
+    events = [e["event"] for e in store.audit_trail(conn, pause_id)]
+    assert events.count("requeued") == 1, events
