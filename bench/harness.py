@@ -43,7 +43,9 @@ from tests.processes import (
 )
 from tests.slack_requests import (
     FORM,
+    JSON,
     block_actions_payload,
+    event_callback_payload,
     signature_headers,
     slash_command_form,
 )
@@ -90,6 +92,7 @@ class TimedStandIn(SlackStandIn):
         self._arrived = threading.Condition()
 
     def _handle(self, verb: str, path: str, headers: Any, body: bytes) -> Any:
+        """Note the arrival, then answer as the stand-in does."""
         at = time.perf_counter()
         with self._arrived:
             self._arrivals.append(Arrival(at, path, body))
@@ -156,8 +159,14 @@ def pending_request(response_url: str) -> SignedRequest:
     return _signed(urlencode(form), False)
 
 
-def _signed(body: str, bad_signature: bool) -> SignedRequest:
-    headers = {"Content-Type": FORM, **signature_headers(SIGNING_SECRET, body)}
+def home_opened_request() -> SignedRequest:
+    """The ``app_home_opened`` event Slack sends when the user opens the App Home tab."""
+    event = {"type": "app_home_opened", "user": USER, "tab": "home", "channel": "D0BENCH"}
+    return _signed(json.dumps(event_callback_payload(event)), False, JSON)
+
+
+def _signed(body: str, bad_signature: bool, content_type: str = FORM) -> SignedRequest:
+    headers = {"Content-Type": content_type, **signature_headers(SIGNING_SECRET, body)}
     if bad_signature:
         headers["X-Slack-Signature"] = "v0=" + "0" * 64
     return SignedRequest(body.encode(), headers)
@@ -303,13 +312,8 @@ class Phase:
             return sum(1 for line in log if line.strip())
 
 
-#: The stand-in answers on threads that each take one call (as slack_sdk makes them, one per
-#: connection) instead of a thread started per call: it shares the two cores with what it
-#: measures, and in B5 it spent 1.6 to 1.8 ms of CPU per approval that way, 0.8 ms this way.
-STANDIN_THREADS = 16
-
-#: The bot runs as recommended for production: one process per core (``--processes``).
-BOT_PROCESSES = os.cpu_count() or 1
+#: The bot runs as recommended for production: one gunicorn worker process per core.
+BOT_WORKERS = os.cpu_count() or 1
 
 
 class Bench:
@@ -327,7 +331,7 @@ class Bench:
         (folder / "redis").mkdir(parents=True, exist_ok=True)
         self.redis, self.redis_base = start_redis(binary, folder / "redis")
         self.standin = TimedStandIn()
-        self.standin.start(threads=STANDIN_THREADS)
+        self.standin.start()
         self._phases = 0
 
     def close(self) -> None:
@@ -372,7 +376,7 @@ class Bench:
         current = Phase(name, values, settings, conn, folder, self.standin)
         try:
             if bot:
-                args = ("--processes", str(BOT_PROCESSES))
+                args = ("--workers", str(BOT_WORKERS))
                 current.bot = start_bot(values, folder / "bot.log", args=args)
             for _ in range(workers):
                 current.start_worker()

@@ -25,8 +25,8 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
-#: A target is checked against (median, p99) of the samples.
-Check = Callable[[float, float], bool]
+#: A target is checked against the figure: its median, p99, floor or failures.
+Check = Callable[["Figure"], bool]
 
 
 @dataclass
@@ -44,6 +44,8 @@ class Figure:
     higher_is_better: bool = False
     detail: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    #: Answers that were not what the figure expects (a non-200, no answer): any fails it.
+    failures: int = 0
 
     @property
     def median(self) -> float:
@@ -70,7 +72,7 @@ class Figure:
     def met(self) -> bool | None:
         if self.check is None or not self.samples:
             return None
-        return self.check(self.median, self.p99)
+        return self.failures == 0 and self.check(self)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -85,6 +87,7 @@ class Figure:
             "ratio": _finite(self.ratio),
             "target": self.target,
             "met": self.met,
+            "failures": self.failures,
             "error": self.error,
             "samples": [round(s, 4) for s in self.samples],
             "floor": [round(s, 4) for s in self.floor],
@@ -95,18 +98,24 @@ class Figure:
 def at_most(p50: float | None = None, p99: float | None = None) -> Check:
     """A latency target: median and/or p99 at most these values."""
 
-    def check(median: float, high: float) -> bool:
-        return (p50 is None or median <= p50) and (p99 is None or high <= p99)
+    def check(figure: Figure) -> bool:
+        return (p50 is None or figure.median <= p50) and (p99 is None or figure.p99 <= p99)
 
     return check
 
 
 def at_least(value: float) -> Check:
-    return lambda median, _worst: median >= value
+    """The median at least ``value`` (a throughput, a speed-up)."""
+    return lambda figure: figure.median >= value
+
+
+def floor_ratio_at_least(value: float) -> Check:
+    """The median at least ``value`` times the floor's median (a rate beside RQ's own)."""
+    return lambda figure: figure.ratio >= value
 
 
 def exactly(value: float) -> Check:
-    return lambda median, worst: median == value and worst == value
+    return lambda figure: figure.median == value and figure.p99 == value
 
 
 def _finite(value: float) -> float | None:
@@ -124,20 +133,22 @@ def _number(value: float, unit: str) -> str:
 
 
 def table(figures: Sequence[Figure]) -> str:
-    """The Markdown table of the README's Performance section."""
+    """The Markdown table printed at the end of a run."""
     lines = [
-        "| # | figure | median | p99 | floor median | ratio | target | met? |",
-        "|---|---|---|---|---|---|---|---|",
+        "| # | figure | n | median | p99 | floor median | ratio | target | met? |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for f in figures:
         if f.error is not None:
-            lines.append(f"| {f.key} | {f.title} | crashed: {f.error} | | | | {f.target} | — |")
+            lines.append(f"| {f.key} | {f.title} | | crashed: {f.error} | | | | {f.target} | — |")
             continue
         high = _number(f.p99, f.unit) + (" (worst)" if f.higher_is_better else "")
         ratio = "—" if math.isnan(f.ratio) else f"{f.ratio:.2f}x"
         met = {True: "yes", False: "**no**", None: "—"}[f.met]
+        if f.failures:
+            met += f" ({f.failures} failed)"
         lines.append(
-            f"| {f.key} | {f.title} | {_number(f.median, f.unit)} | {high} "
+            f"| {f.key} | {f.title} | {len(f.samples)} | {_number(f.median, f.unit)} | {high} "
             f"| {_number(f.floor_median, f.unit)} | {ratio} | {f.target} | {met} |"
         )
     return "\n".join(lines)

@@ -1,0 +1,156 @@
+"""``docs/performance.md``, written from the JSON of a run (``python -m bench`` calls it).
+
+The page is generated: its figures are only ever the ones in the JSON beside it, and each
+figure's explanation is fixed text that says what is measured, in words, so the page never
+holds a number that did not come from the run it describes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+#: What each figure measures, by key prefix (the longest prefix that matches wins).
+EXPLAINED: dict[str, str] = {
+    "B1": (
+        "From a signed Approve click sent to `approvals bot` over HTTP to the first line of the "
+        "gated tool running in `approvals worker` (the stock RQ `Worker`, which forks a "
+        "work-horse per job). Both ends read the machine's wall clock. The floor beside it, "
+        "sampled between clicks, is one Redis LPUSH → BLPOP hand-off to another process plus "
+        "one HTTP round trip to the bot's `/healthz`: the two hops a click cannot avoid."
+    ),
+    "B1 fast": (
+        "The same as B1 with RQ's `SimpleWorker`, which runs each job in the worker process "
+        "itself instead of a forked work-horse."
+    ),
+    "B1 polling": (
+        "The design approval gates commonly use instead: the agent stays alive and checks "
+        "every couple of seconds whether a decision was recorded, then runs the tool itself. "
+        "Clicks land at random points of its polling cycle. No target: it is the comparison "
+        "for the next row."
+    ),
+    "B1 speed-up": (
+        "The polling design's median divided by B1's median, both from this run: how many "
+        "times sooner the gated tool starts when the click enqueues the resume directly."
+    ),
+    "B2": (
+        "A burst of signed Approve clicks, all sent at once, each on its own new connection "
+        "(as Slack sends them), from a separate client process, to the bot on gunicorn; the "
+        "time until each HTTP answer. Every click must get a 200: any other answer, or none "
+        "before the burst's deadline, fails the figure. The floor is the same burst with a bad "
+        "signature, which Bolt refuses before any listener runs: what the server costs per "
+        "request before our code does anything."
+    ),
+    "B3": (
+        "Inside the agent's process: from the gate raising `llm.PauseChain` to `run_agent` "
+        "returning, at three sizes of saved history; the floor is one Redis SET of the same "
+        "bytes."
+    ),
+    "B4": (
+        "From the gate raising `llm.PauseChain` to the approval card's `chat.postMessage` "
+        "arriving at the Slack stand-in (the worker posts it); the floor is one Redis SET of "
+        "the history's bytes."
+    ),
+    "B5": (
+        "Decided approvals resumed, run to completion and shown on their cards per second, "
+        "with every worker released at one instant. The floor is RQ's own rate for jobs that "
+        "do nothing, on the same worker class and count, measured in the same rounds; the "
+        "target is a share of that floor, so it says how much of the worker's capacity a "
+        "resume keeps."
+    ),
+    "B6 pending": (
+        "`/agent-pending` sent to the bot → its answer received at the response URL, with "
+        "that many approvals waiting, written the way the store writes them."
+    ),
+    "B6 home": (
+        "The App Home tab opened (`app_home_opened` sent to the bot) → the bot's "
+        "`views.publish` received by the Slack stand-in, with the same approvals waiting."
+    ),
+    "B7": (
+        "Redis memory grown per waiting approval (its record, history, audit trail and card "
+        "job), over the bytes of its saved history."
+    ),
+    "B8": (
+        "Model calls and tool executions of runs that paused and were approved, over the same "
+        "runs with no gate: the gate must not make a run call the model or a tool again."
+    ),
+}
+
+
+def explain(key: str) -> str:
+    """The fixed explanation of the figure ``key``."""
+    matches = [prefix for prefix in EXPLAINED if key == prefix or key.startswith(prefix + " ")]
+    return EXPLAINED[max(matches, key=len)] if matches else ""
+
+
+def _number(value: float | None, unit: str) -> str:
+    if value is None or math.isnan(value):
+        return "—"
+    if unit == "/s":
+        return f"{value:,.0f}/s"
+    if unit == "ms":
+        return f"{value:.1f} ms" if value < 100 else f"{value:,.0f} ms"
+    return f"{value:.2f}x" if unit == "x" else f"{value:.2f}"
+
+
+def _met(figure: dict[str, Any]) -> str:
+    if figure["error"]:
+        return "crashed"
+    met = {True: "met", False: "**missed**", None: "—"}[figure["met"]]
+    failures = figure.get("failures") or 0
+    return f"{met} ({failures} failed)" if failures else met
+
+
+def render(data: dict[str, Any], command: str) -> str:
+    """The Markdown page for the run ``data`` (the JSON ``python -m bench`` writes)."""
+    machine = data["machine"]
+    load = data["load_average"]
+    lines = [
+        "# Performance",
+        "",
+        f"<!-- Generated by `{command}` from its JSON; do not edit by hand. -->",
+        "",
+        f"Generated by `{command}` from the JSON it wrote; run it again to refresh this page.",
+        "Every figure runs on the real parts: a private `redis-server`, `approvals bot` on "
+        "gunicorn, `approvals worker` processes and a local Slack stand-in. Each is measured "
+        "beside a floor taken in the same run on the same machine, so a slow machine shows "
+        "in both.",
+        "",
+        f"- Machine: {machine['cores']} cores, {machine['cpu'] or 'unknown CPU'}; "
+        f"{machine['platform']}",
+        f"- Python {machine['python']}, rq {machine['rq']}, redis-py {machine['redis']}, "
+        f"slack-bolt {machine['slack-bolt']}, llm {machine['llm']}",
+        f"- Load average before / after: {load['before']} / {load['after']}; "
+        f"the run took {data['seconds']} s{' (--quick: few samples)' if data['quick'] else ''}",
+        "",
+        "| # | figure | samples | p50 | p99 | floor p50 | target | |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for f in data["figures"]:
+        if f["error"]:
+            lines.append(f"| {f['key']} | {f['title']} | 0 | crashed | | | {f['target']} | |")
+            continue
+        high = f.get("p99", f.get("worst_round"))
+        high_text = _number(high, f["unit"]) + (" (worst)" if "worst_round" in f else "")
+        lines.append(
+            f"| {f['key']} | {f['title']} | {f['n']} | {_number(f['median'], f['unit'])} "
+            f"| {high_text} | {_number(f['floor_median'], f['unit'])} | {f['target']} "
+            f"| {_met(f)} |"
+        )
+    lines += ["", "## What each figure measures", ""]
+    seen: set[str] = set()
+    for f in data["figures"]:
+        text = explain(f["key"])
+        if text and text not in seen:
+            seen.add(text)
+            lines += [f"**{f['key']}**: {text}", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write(json_path: Path, target: Path, command: str) -> None:
+    """Read the run's JSON at ``json_path`` and write its page to ``target``."""
+    data = json.loads(json_path.read_text(encoding="utf-8"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render(data, command), encoding="utf-8")
