@@ -3,33 +3,19 @@ SIGTERM waiting for the work in flight, /healthz, and access lines in the projec
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import signal
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from approvals import run_agent
 from approvals.models import Status
+from bench.harness import get
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.e2e import card_of, click, tool_runs, wait_status
 from tests.processes import bot_url, start_bot, start_worker, wait_for_workers, wait_until
-
-
-def _get(url: str) -> int:
-    """GET on a new connection (the bot's ``/healthz``)."""
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
-    try:
-        conn.request("GET", parts.path)
-        response = conn.getresponse()
-        response.read()
-        return response.status
-    finally:
-        conn.close()
 
 
 def _children(parent: int) -> set[int]:
@@ -76,7 +62,7 @@ def test_two_workers_share_one_port_and_a_dead_one_is_replaced(env, slack, conn,
         victim, survivor = sorted(first)
         os.kill(victim, signal.SIGKILL)
         wait_until(lambda: not _alive(victim), 10, "the killed worker to die")
-        assert [_get(_health(url)) for _ in range(20)] == [200] * 20
+        assert [get(_health(url)) for _ in range(20)] == [200] * 20
         second = wait_until(
             lambda: len(_children(parent) - {victim}) == 2 and _children(parent),
             60,
@@ -130,8 +116,8 @@ def test_healthz_and_access_lines_in_json(env, slack, tmp_path: Path):
     bot = start_bot(env, tmp_path / "bot.log", {"APPROVALS_LOG_FORMAT": "json"}, ("--workers", "1"))
     try:
         url = bot_url(bot)
-        assert _get(_health(url)) == 200
-        assert _get(url.rsplit("/slack/events", 1)[0] + "/nowhere") == 404
+        assert get(_health(url)) == 200
+        assert get(url.rsplit("/slack/events", 1)[0] + "/nowhere") == 404
 
         def access_lines() -> list[dict[str, str]]:
             lines = [json.loads(line) for line in bot.output().splitlines() if line.startswith("{")]
