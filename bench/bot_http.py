@@ -79,6 +79,9 @@ def run_burst(phase: Phase, rounds: int, clicks: int) -> Bursts:
     for r in range(rounds):
         ids = [pause(phase, 2_000, f"burst-{clicks}-{r}-{i}")[0] for i in range(clicks)]
         phase.idle(timeout=300)  # every card posted
+        # The resumes the clicks start wait until the burst is answered: on a machine of two
+        # cores the worker would otherwise take its CPU from the bot whose answer is measured.
+        held = phase.hold(len(phase.workers))
         bad = [click_request(a, phase.standin.new_response_url(), True) for a in ids]
         good = [click_request(a, phase.standin.new_response_url()) for a in ids]
         for status, ms in burst(phase.bot_url, bad):
@@ -91,6 +94,7 @@ def run_burst(phase: Phase, rounds: int, clicks: int) -> Bursts:
             if status != 200:
                 result.not_200[status] = result.not_200.get(status, 0) + 1
         clicked = [a for a, (status, _) in zip(ids, answered, strict=True) if status == 200]
+        phase.release(held, len(phase.workers))
 
         def finished(ids: list[str] = clicked) -> bool:
             return all(store.load(phase.conn, a).status in _FINISHED for a in ids)

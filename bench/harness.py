@@ -15,6 +15,7 @@ import json
 import os
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -258,6 +259,25 @@ class Phase:
     def queue(self) -> Queue:
         return Queue(self.settings.queue, connection=self.conn, serializer=JSONSerializer)
 
+    def hold(self, workers: int) -> str:
+        """Keep ``workers`` workers busy with a ``bench.jobs.hold`` job each; returns its key.
+
+        Jobs enqueued meanwhile wait behind it until ``release``.
+        """
+        key = f"bench:hold:{uuid.uuid4().hex}"
+        for _ in range(workers):
+            self.queue().enqueue("bench.jobs.hold", key, 120, job_timeout=180, result_ttl=0)
+        wait_until(
+            lambda: int(self.conn.get(f"{key}:held") or 0) >= workers, 60, "every worker held"
+        )
+        return key
+
+    def release(self, key: str, workers: int) -> float:
+        """Let the held workers go at one instant; returns when (``time.time()``)."""
+        released = time.time()
+        self.conn.lpush(key, *["go"] * workers)
+        return released
+
     def check_alive(self) -> None:
         for process in [*([self.bot] if self.bot else []), *[w.process for w in self.workers]]:
             if process.popen.poll() is not None:
@@ -288,13 +308,17 @@ class Phase:
 
         wait_until(quiet, timeout, "the workers to be idle", interval=interval)
 
-    def audit_event(self, approval_id: str, event: str, timeout: float = 30) -> None:
+    def audit_event(
+        self, approval_id: str, event: str, timeout: float = 30, interval: float = 0.002
+    ) -> None:
         """Wait until the approval's audit trail records ``event``."""
 
         def recorded() -> bool:
             return any(e["event"] == event for e in store.audit_trail(self.conn, approval_id))
 
-        wait_until(recorded, timeout, f"approval {approval_id} to record {event}", interval=0.002)
+        wait_until(
+            recorded, timeout, f"approval {approval_id} to record {event}", interval=interval
+        )
 
     def tool_log(self) -> list[dict[str, Any]]:
         path = self.env.get("BENCH_TOOL_LOG")
@@ -364,7 +388,9 @@ class Bench:
             "SLACK_API_URL": self.standin.base_url,
             "APPROVALS_CHANNEL": CHANNEL,
             "APPROVALS_LLM_PLUGINS": PLUGINS,
-            "APPROVALS_TOOL_MODULES": "bench",
+            # The module the gated tools live in, so the worker imports it before it forks:
+            # the package alone would leave every work-horse to import it again.
+            "APPROVALS_TOOL_MODULES": "bench.tools",
             "APPROVALS_WORKER_CLASS": worker_class,
             "LLM_USER_PATH": str(folder / "llm"),
             **(env or {}),

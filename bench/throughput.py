@@ -18,21 +18,6 @@ from approvals import review, store
 from approvals.models import DecisionKind, Status
 from bench.harness import USER, Phase, rq_time
 from bench.loop import pause
-from tests.processes import wait_until
-
-
-def _hold(phase: Phase, workers: int) -> str:
-    key = f"bench:hold:{uuid.uuid4().hex}"
-    for _ in range(workers):
-        phase.queue().enqueue("bench.jobs.hold", key, 120, job_timeout=180, result_ttl=0)
-    wait_until(lambda: int(phase.conn.get(f"{key}:held") or 0) >= workers, 60, "every worker held")
-    return key
-
-
-def _release(phase: Phase, key: str, workers: int) -> float:
-    released = time.time()
-    phase.conn.lpush(key, *["go"] * workers)
-    return released
 
 
 def _last_end(phase: Phase, job_ids: list[str]) -> float:
@@ -47,13 +32,13 @@ def _last_end(phase: Phase, job_ids: list[str]) -> float:
 
 def noop_rate(phase: Phase, jobs: int, workers: int) -> float:
     """Jobs/s of ``bench.jobs.noop`` on these workers."""
-    key = _hold(phase, workers)
+    key = phase.hold(workers)
     tag = uuid.uuid4().hex[:8]
     job_ids = [f"noop-{tag}-{i}" for i in range(jobs)]
     phase.queue().enqueue_many(
         [Queue.prepare_data("bench.jobs.noop", job_id=j, result_ttl=600) for j in job_ids]
     )
-    released = _release(phase, key, workers)
+    released = phase.release(key, workers)
     phase.idle(timeout=300, interval=0.1)
     return jobs / (_last_end(phase, job_ids) - released)
 
@@ -66,12 +51,12 @@ def approval_rate(phase: Phase, approvals: int, workers: int) -> dict[str, Any]:
     """
     ids = [pause(phase, 2_000, f"b5-{i}")[0] for i in range(approvals)]
     phase.idle(timeout=600)
-    key = _hold(phase, workers)
+    key = phase.hold(workers)
     for approval_id in ids:
         review.decide(phase.conn, phase.settings, approval_id, DecisionKind.APPROVE, USER)
     mark = phase.standin.mark()
     released = time.perf_counter()
-    _release(phase, key, workers)
+    phase.release(key, workers)
 
     phase.idle(timeout=600, interval=0.1)
     completed = sum(store.load(phase.conn, a).status is Status.COMPLETED for a in ids)
