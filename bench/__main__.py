@@ -343,6 +343,14 @@ def _order(figure: Figure) -> int:
     return len(ORDER)
 
 
+def docs_target(given: Path | None, quick: bool) -> Path | None:
+    """Where the Markdown page goes: ``--docs``, else the committed page, except that a quick
+    run (too few samples to mean much) leaves the committed page alone unless asked."""
+    if given is not None:
+        return given
+    return None if quick else DOCS
+
+
 def load_average() -> str:
     """The 1, 5 and 15-minute load averages: other work on the machine skews every figure."""
     if not os.path.exists("/proc/loadavg"):
@@ -417,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": {"before": load_before, "after": load_average()},
     }
     write_json(args.out, figures, meta)
-    target = args.docs or (None if args.quick else DOCS)
+    target = docs_target(args.docs, args.quick)
     if target is not None:
         docs.write(args.out, target, command=" ".join(["python -m bench", *(argv or sys.argv[1:])]))
     print(table(figures))

@@ -38,10 +38,13 @@ EXPLAINED: dict[str, str] = {
     "B2": (
         "A burst of signed Approve clicks, all sent at once, each on its own new connection "
         "(as Slack sends them), from a separate client process, to the bot on gunicorn; the "
-        "time until each HTTP answer. Every click must get a 200: any other answer, or none "
+        "time until each HTTP answer. Every click must get an HTTP 200: any other answer, or none "
         "before the burst's deadline, fails the figure. The floor is the same burst with a bad "
         "signature, which Bolt refuses before any listener runs: what the server costs per "
-        "request before our code does anything."
+        "request before our code does anything. The work each click starts after its answer "
+        "(recording the decision, redrawing the card) runs in the bot as in production; the "
+        "worker is held until the burst is answered, so the resumes it would start do not take "
+        "the CPU of the machine the bench shares between every part."
     ),
     "B3": (
         "Inside the agent's process: from the gate raising `llm.PauseChain` to `run_agent` "

@@ -388,9 +388,9 @@ class Bench:
             "SLACK_API_URL": self.standin.base_url,
             "APPROVALS_CHANNEL": CHANNEL,
             "APPROVALS_LLM_PLUGINS": PLUGINS,
-            # The module the gated tools live in, so the worker imports it before it forks:
+            # The modules the tools live in, so the worker imports them before it forks:
             # the package alone would leave every work-horse to import it again.
-            "APPROVALS_TOOL_MODULES": "bench.tools",
+            "APPROVALS_TOOL_MODULES": "bench.tools,bench.ungated",
             "APPROVALS_WORKER_CLASS": worker_class,
             "LLM_USER_PATH": str(folder / "llm"),
             **(env or {}),
