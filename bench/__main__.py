@@ -276,10 +276,11 @@ def throughput_all(bench: Bench, plan: Plan, out: list[Figure]) -> None:
                 floors: list[float] = []
                 details = []
                 for _ in range(plan.rounds):
-                    floors.append(throughput.noop_rate(phase, plan.approvals, workers))
+                    noop = throughput.noop_rate(phase, plan.approvals, workers)
+                    floors.append(noop["rate"])
                     measured = throughput.approval_rate(phase, plan.approvals, workers)
                     rates.append(measured["rate"])
-                    details.append(measured)
+                    details.append({"approvals": measured, "noop": noop})
                 out.append(
                     Figure(
                         f"B5 {worker_class} x{workers}",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import math
 import os
 import threading
 import time
@@ -278,6 +279,11 @@ class Phase:
         self.conn.lpush(key, *["go"] * workers)
         return released
 
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds used so far by the workers (their work-horses included, once reaped)
+        and by this process (the agent, the Slack stand-in and the bench's own checks)."""
+        return sum(cpu_seconds(w.process.popen.pid) for w in self.workers), time.process_time()
+
     def check_alive(self) -> None:
         for process in [*([self.bot] if self.bot else []), *[w.process for w in self.workers]]:
             if process.popen.poll() is not None:
@@ -421,6 +427,17 @@ class Bench:
             os.environ.clear()
             os.environ.update(saved)
             conn.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU of a process and of its children it has waited for (Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    # After the command's closing parenthesis: utime, stime, cutime, cstime are 12..15.
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def used_memory(conn: redis.Redis) -> int:

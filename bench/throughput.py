@@ -30,17 +30,28 @@ def _last_end(phase: Phase, job_ids: list[str]) -> float:
     return max(ends)
 
 
-def noop_rate(phase: Phase, jobs: int, workers: int) -> float:
-    """Jobs/s of ``bench.jobs.noop`` on these workers."""
+def _cpu_per_item(phase: Phase, before: tuple[float, float], items: int) -> dict[str, float]:
+    """CPU ms per job or approval since ``before``: the workers', and the bench process's."""
+    workers, bench = phase.cpu()
+    return {
+        "workers_cpu_ms": round((workers - before[0]) * 1000 / items, 2),
+        "bench_cpu_ms": round((bench - before[1]) * 1000 / items, 2),
+    }
+
+
+def noop_rate(phase: Phase, jobs: int, workers: int) -> dict[str, Any]:
+    """Jobs/s of ``bench.jobs.noop`` on these workers, and the CPU they took per job."""
     key = phase.hold(workers)
     tag = uuid.uuid4().hex[:8]
     job_ids = [f"noop-{tag}-{i}" for i in range(jobs)]
     phase.queue().enqueue_many(
         [Queue.prepare_data("bench.jobs.noop", job_id=j, result_ttl=600) for j in job_ids]
     )
+    before = phase.cpu()
     released = phase.release(key, workers)
     phase.idle(timeout=300, interval=0.1)
-    return jobs / (_last_end(phase, job_ids) - released)
+    rate = jobs / (_last_end(phase, job_ids) - released)
+    return {"rate": rate, **_cpu_per_item(phase, before, jobs)}
 
 
 def approval_rate(phase: Phase, approvals: int, workers: int) -> dict[str, Any]:
@@ -55,10 +66,12 @@ def approval_rate(phase: Phase, approvals: int, workers: int) -> dict[str, Any]:
     for approval_id in ids:
         review.decide(phase.conn, phase.settings, approval_id, DecisionKind.APPROVE, USER)
     mark = phase.standin.mark()
+    before = phase.cpu()
     released = time.perf_counter()
     phase.release(key, workers)
 
     phase.idle(timeout=600, interval=0.1)
+    cpu = _cpu_per_item(phase, before, approvals)
     completed = sum(store.load(phase.conn, a).status is Status.COMPLETED for a in ids)
     assert completed == approvals, f"{approvals - completed} approvals did not complete"
     calls = phase.standin.since(mark)
@@ -67,4 +80,5 @@ def approval_rate(phase: Phase, approvals: int, workers: int) -> dict[str, Any]:
     return {
         "rate": approvals / (max(call.at for call in calls) - released),
         "slack_calls": len(calls),
+        **cpu,
     }
