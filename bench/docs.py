@@ -128,18 +128,19 @@ def render(data: dict[str, Any], command: str) -> str:
         f"- Load average before / after: {load['before']} / {load['after']}; "
         f"the run took {data['seconds']} s{' (--quick: few samples)' if data['quick'] else ''}",
         "",
-        "| # | figure | samples | p50 | p99 | floor p50 | target | |",
-        "|---|---|---|---|---|---|---|---|",
+        "| # | figure | samples | p50 | p99 | floor p50 | p50 / floor | target | |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for f in data["figures"]:
         if f["error"]:
-            lines.append(f"| {f['key']} | {f['title']} | 0 | crashed | | | {f['target']} | |")
+            lines.append(f"| {f['key']} | {f['title']} | 0 | crashed | | | | {f['target']} | |")
             continue
         high = f.get("p99", f.get("worst_round"))
         high_text = _number(high, f["unit"]) + (" (worst)" if "worst_round" in f else "")
         lines.append(
             f"| {f['key']} | {f['title']} | {f['n']} | {_number(f['median'], f['unit'])} "
-            f"| {high_text} | {_number(f['floor_median'], f['unit'])} | {f['target']} "
+            f"| {high_text} | {_number(f['floor_median'], f['unit'])} "
+            f"| {_number(f['ratio'], 'x')} | {f['target']} "
             f"| {_met(f)} |"
         )
     lines += ["", "## What each figure measures", ""]
@@ -149,7 +150,29 @@ def render(data: dict[str, Any], command: str) -> str:
         if text and text not in seen:
             seen.add(text)
             lines += [f"**{f['key']}**: {text}", ""]
+    lines += _details(data["figures"])
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _details(figures: list[dict[str, Any]]) -> list[str]:
+    """Where B1's time goes (medians per stage), and B5's CPU per job and per approval."""
+    lines = ["## Where the time goes", ""]
+    for f in figures:
+        stages = f["detail"].get("stages_median_ms")
+        if stages:
+            steps = ", ".join(f"{name} {ms:.1f} ms" for name, ms in stages.items())
+            lines += [f"- {f['key']}, medians from the click: {steps}"]
+    for f in figures:
+        rounds = f["detail"].get("rounds")
+        if f["key"].startswith("B5") and isinstance(rounds, list) and rounds:
+            one = rounds[-1]
+            lines += [
+                f"- {f['key']}, CPU of the last round: per approval, workers "
+                f"{one['approvals']['workers_cpu_ms']} ms and bench process (the Slack "
+                f"stand-in) {one['approvals']['bench_cpu_ms']} ms; per no-op job, workers "
+                f"{one['noop']['workers_cpu_ms']} ms"
+            ]
+    return lines if len(lines) > 2 else []
 
 
 def write(json_path: Path, target: Path, command: str) -> None:
