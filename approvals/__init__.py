@@ -1,7 +1,7 @@
 """approvals: people approve, reject or edit what llm agents are about to do, from Slack.
 
 The public API is small: gate a tool with ``requires_approval``, run the agent with
-``run_agent``; a worker resumes it after the decision.
+``run_agent``; a worker resumes it after the decision, and ``wait`` returns how it ended.
 """
 
 from approvals.agent import Outcome, run_agent
@@ -19,6 +19,7 @@ from approvals.errors import (
 )
 from approvals.gate import idempotency_key, requires_approval
 from approvals.models import Approval, DecisionKind, Status
+from approvals.outcomes import wait
 
 __all__ = [
     "AlreadyDecided",
@@ -38,4 +39,5 @@ __all__ = [
     "idempotency_key",
     "requires_approval",
     "run_agent",
+    "wait",
 ]

@@ -19,12 +19,13 @@ import llm
 import redis
 from llm.parts import Message, ToolResultPart
 
-from approvals import queue, store
+from approvals import outcomes, queue, store
 from approvals.config import Settings
 from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
 from approvals.gate import gate_of, released
 from approvals.limits import SIBLING_PREVIEW
 from approvals.models import Approval, Decision, DecisionKind, SiblingResult
+from approvals.outcomes import Outcome
 from approvals.plugins import SyncModel, load_plugins, resolve_model
 from approvals.secrets import secret_names
 from approvals.tools import check_allowed, describe_tool, import_tools, llm_tools, tool_refs
@@ -32,13 +33,7 @@ from approvals.tools import check_allowed, describe_tool, import_tools, llm_tool
 _LLM_VERSION = importlib.metadata.version("llm")
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """How a run ended: ``completed`` with ``text``, or ``paused`` with ``pause_id``."""
-
-    status: str
-    text: str | None = None
-    pause_id: str | None = None
+__all__ = ["Outcome", "Resumed", "resume", "run_agent"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +51,8 @@ class _RunContext:
     requested_by: str | None = None
     parent_id: str | None = None
     thread_ts: str | None = None
+    run_id: str | None = None
+    on_finish: str | None = None
 
 
 def run_agent(
@@ -69,8 +66,15 @@ def run_agent(
     requested_by: str | None = None,
     chain_limit: int | None = None,
     settings: Settings | None = None,
+    wait: bool = False,
+    timeout: float | None = None,
+    on_finish: str | None = None,
 ) -> Outcome:
     """Run a tool-calling chain until it completes or a gated tool pauses it.
+
+    With ``wait=True`` it then blocks, like ``approvals.wait``, until the run has ended
+    (through every later pause) or ``timeout`` seconds passed, and returns that outcome. The
+    resumes still run in a worker: an approved tool runs where the worker runs, not here.
 
     Args:
         model: an llm model id (``"gpt-4o-mini"``) or a sync ``llm.Model``.
@@ -78,14 +82,21 @@ def run_agent(
         agent: a name for people reading the card.
         channel: where cards go; default: the gate's channel, then ``APPROVALS_CHANNEL``.
         requested_by: the Slack user id the agent acts for, shown on the card.
+        wait: block until the run ends (see above); ``timeout`` bounds that wait.
+        on_finish: ``"module:function"`` (a module in ``APPROVALS_TOOL_MODULES``) that a
+            worker calls as ``function(outcome, idempotency_key=run_id)`` once the run ends;
+            retried when it raises. A run that never pauses has it called too.
 
     Returns:
         An ``Outcome``; when paused, ``pause_id`` names the approval waiting in Redis.
 
     Raises:
-        GateError: a tool cannot be found again by a worker (defined in ``__main__``...).
+        GateError: a tool (or ``on_finish``) cannot be found again by a worker (defined in
+            ``__main__``, outside ``APPROVALS_TOOL_MODULES``...).
     """
     settings = settings or Settings.from_env()
+    if on_finish is not None:
+        outcomes.check_on_finish_early(on_finish, settings)
     load_plugins(settings)
     resolved = resolve_model(model)
     refs = tool_refs(tools)  # fail before the first model call, not at the pause
@@ -106,11 +117,21 @@ def run_agent(
         chain_limit=limit,
         channel=channel,
         requested_by=requested_by,
+        run_id=outcomes.new_run_id(),
+        on_finish=on_finish,
     )
     chain = resolved.conversation(chain_limit=limit).chain(
         prompt, system=system, tools=llm_tools(tools)
     )
-    return _drive(chain, context)
+    outcome = _drive(chain, context)
+    if outcome.status != "paused":
+        if on_finish is not None:
+            outcomes.record_unpaused(context.conn, settings, outcome, on_finish)
+        return outcome
+    if wait:
+        assert outcome.pause_id is not None
+        return outcomes.wait(outcome.pause_id, timeout=timeout, settings=settings)
+    return outcome
 
 
 @dataclass(frozen=True)
@@ -186,6 +207,8 @@ def resume(
         requested_by=approval.requested_by,
         parent_id=approval.id,
         thread_ts=approval.thread_ts or approval.card_ts,
+        run_id=approval.run_id,
+        on_finish=approval.on_finish,
     )
     chain = model.conversation(chain_limit=approval.chain_limit).chain(
         messages=history,
@@ -235,8 +258,9 @@ def _drive(chain: Any, context: _RunContext) -> Outcome:
         if pause.tool_call is None or gate_of(_tool_named(context, pause.tool_call.name)) is None:
             raise  # not ours: a tool (or hook) of the caller's own paused the chain
         base = chain.prompt.messages if last is None else last.prompt.messages + last.messages()
-        return Outcome("paused", pause_id=_save_pause(pause, base, context))
-    return Outcome("completed", text=last.text() if last is not None else "")
+        pause_id = _save_pause(pause, base, context)
+        return Outcome("paused", pause_id=pause_id, run_id=context.run_id)
+    return Outcome("completed", text=last.text() if last is not None else "", run_id=context.run_id)
 
 
 def _tool_named(context: _RunContext, name: str) -> Callable[..., Any] | None:
@@ -287,10 +311,15 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
             [*call.arguments, *properties], context.settings.secret_names
         ),
         llm_version=_LLM_VERSION,
+        run_id=context.run_id,
+        on_finish=context.on_finish,
     )
-    approval.expires_at = approval.created_at + (gate.expires_in or context.settings.expires_in)
+    waits = gate.expires_in or context.settings.expires_in
+    approval.expires_at = approval.created_at + waits
     # One transaction: the approval exists with its card job and its expiry, or not at all.
-    pipe = store.create(context.conn, approval, history)
+    # The run's stream outlives the longest wait for this decision by the outcome's TTL.
+    run_ttl = int(waits) + context.settings.result_ttl
+    pipe = store.create(context.conn, approval, history, run_ttl=run_ttl)
     queue.enqueue_card(context.conn, context.settings, approval.id, pipeline=pipe)
     queue.schedule_expiry(
         context.conn,

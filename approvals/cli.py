@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from approvals import queue, store
+from approvals import outcomes, queue, store
 from approvals.cards import decision_line
 from approvals.config import Settings
 from approvals.dev.cli import demo_run, dev_run
@@ -173,6 +173,29 @@ def show_one(settings: Settings, approval_id: str) -> None:
             f"{at}  {event.pop('event', '?'):<16} {event.pop('actor', '?'):<16} "
             f"{json.dumps(event, ensure_ascii=False) if event else ''}"
         )
+
+
+@cli.command(name="result")
+@click.argument("some_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="The outcome as one JSON object.")
+@pass_settings
+def result_show(settings: Settings, some_id: str, as_json: bool) -> None:
+    """Print how a run ended, or where it is now (ID: a pause id or a run id)."""
+    conn = store.connect(settings)
+    outcome = outcomes.run_outcome(conn, outcomes.run_id_of(conn, some_id))
+    if as_json:
+        click.echo(json.dumps(outcome.to_dict(), ensure_ascii=False))
+        return
+    click.echo(f"run {outcome.run_id}: {outcome.status}")
+    for line in (outcome.text, outcome.reason and f"reason: {outcome.reason}"):
+        if line:
+            click.echo(line)
+    if outcome.stopped_by:
+        click.echo(f"stopped by {outcome.stopped_by}")
+    for call in outcome.calls:
+        decided = call.decision
+        who = f"{decided.kind.value} by {decided.actor_name or decided.actor}" if decided else ""
+        click.echo(f"  {call.pause_id}  {call.tool} {json.dumps(call.arguments)}  {who}")
 
 
 def _decide(settings: Settings, approval_id: str, kind: DecisionKind, reason: str | None) -> None:

@@ -83,6 +83,8 @@ class Settings:
     maintenance_interval: int = 5
     #: "text" for people reading a terminal; "json" (one object per line) for log collectors.
     log_format: str = "text"
+    #: Seconds a finished run's outcome stays in Redis for ``approvals.wait`` and ``result``.
+    result_ttl: int = 7 * 24 * 3600
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -117,6 +119,7 @@ class Settings:
             worker_ttl=_int(env, "APPROVALS_WORKER_TTL", 30),
             maintenance_interval=_int(env, "APPROVALS_MAINTENANCE_INTERVAL", 5),
             log_format=log_format,
+            result_ttl=_int(env, "APPROVALS_RESULT_TTL", 7 * 24 * 3600),
         )
 
     def require(self, *names: str) -> None:

@@ -192,6 +192,10 @@ class Approval:
     secret_arguments: tuple[str, ...] = ()
     #: The llm version that paused the chain (a resume on another version is noted).
     llm_version: str = ""
+    #: The same for every pause of one run (``approvals.wait`` follows it); None: older records.
+    run_id: str | None = None
+    #: ``"module:function"`` the worker calls with the final ``Outcome`` when the run ends.
+    on_finish: str | None = None
     status: Status = Status.PENDING
     card_ts: str | None = None
     decision: Decision | None = None
@@ -321,6 +325,8 @@ def approval_from_parts(
         policy=_policy_from_dict(_get(record, "policy", dict)),
         secret_arguments=_strings(record.get("secret_arguments", []), "secret_arguments"),
         llm_version=_get(record, "llm_version", str, optional=True) or "",
+        run_id=_get(record, "run_id", str, optional=True),
+        on_finish=_get(record, "on_finish", str, optional=True),
         status=_enum(Status, status),
         card_ts=card_ts if isinstance(card_ts, str) else None,
         decision=None if decision is None else _decision_from_dict(decision),
@@ -365,6 +371,11 @@ def _policy_from_dict(data: Any) -> Policy:
         reason_required=_get(data, "reason_required", bool),
         on_reject=_enum(OnReject, _get(data, "on_reject", str)),
     )
+
+
+def decision_from_dict(data: Any) -> Decision:
+    """A ``Decision`` from its JSON form, every field checked (``CorruptRecord`` if not)."""
+    return _decision_from_dict(data)
 
 
 def _decision_from_dict(data: Any) -> Decision:

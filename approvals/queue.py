@@ -25,6 +25,7 @@ ANNOUNCE = "worker.jobs.announce_decision"
 INTERRUPTED = "worker.jobs.announce_interrupted"
 EXPIRE = "worker.jobs.expire_approval"
 WARN = "worker.jobs.warn_expiry"
+FINISH = "worker.jobs.call_on_finish"
 
 #: The kinds of deadline ``store.add_deadline`` keeps.
 EXPIRE_DEADLINE = "expire"
@@ -34,6 +35,8 @@ WARN_DEADLINE = "warn"
 RESULT_TTL = 3600
 #: Slack may be briefly unreachable or throttling: retry posting with growing pauses.
 _SLACK_RETRY = Retry(max=6, interval=[1, 2, 5, 10, 30, 60])
+#: A continuation's own failure (its service briefly down): retried with growing pauses.
+_FINISH_RETRY = Retry(max=8, interval=[1, 5, 15, 60, 300, 900, 1800, 3600])
 
 
 def get_queue(conn: redis.Redis, settings: Settings) -> Queue:
@@ -146,4 +149,16 @@ def enqueue_interrupted(conn: redis.Redis, settings: Settings, approval_id: str)
         retry=_SLACK_RETRY,
         job_timeout=60,
         at_front=True,
+    )
+
+
+def enqueue_finish(conn: redis.Redis, settings: Settings, run_id: str) -> None:
+    """Ask a worker to call the run's ``on_finish`` with its outcome (retried on failure)."""
+    get_queue(conn, settings).enqueue(
+        FINISH,
+        run_id,
+        job_id=f"finish-{run_id}",
+        retry=_FINISH_RETRY,
+        job_timeout=settings.job_timeout,
+        result_ttl=RESULT_TTL,
     )

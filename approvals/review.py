@@ -16,7 +16,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, UnknownType
 from referencing.exceptions import Unresolvable
 
-from approvals import queue, store
+from approvals import outcomes, queue, store
 from approvals.config import Settings
 from approvals.errors import (
     AlreadyDecided,
@@ -300,6 +300,7 @@ def _after_decision(
     if refused and approval.policy.on_reject is OnReject.STOP:
         store.audit(conn, approval.id, decision.kind.status.value, decision.actor, **details)
         store.audit(conn, approval.id, "run_stopped", SYSTEM_ACTOR, reason="on_reject=stop")
+        outcomes.finish_run(conn, settings, store.load(conn, approval.id))
         return
     # One round trip for both: the resume job is what the clicker is waiting for.
     pipe = conn.pipeline()

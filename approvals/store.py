@@ -13,6 +13,8 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:audit:<id>      list    what happened to the approval (JSON lines: event, actor, at)
     approvals:deadlines       zset    "expire:<id>" and "warn:<id>", scored by when they are due
     approvals:seen:<sig>      string  a Slack request signature already accepted (TTL)
+    approvals:run:<run_id>    stream  a run's events: "paused" (pause_id) per pause, "ended" (TTL)
+    approvals:outcome:<run_id> hash   outcome (JSON), on_finish, on_finish_called (TTL)
 
 The history lives apart from the hash so that listing and deciding never read it. Status
 changes go through ``transition``, a Lua compare-and-set: it checks the current status against
@@ -58,6 +60,14 @@ def history_key(approval_id: str) -> str:
 
 def audit_key(approval_id: str) -> str:
     return f"{PREFIX}audit:{approval_id}"
+
+
+def run_key(run_id: str) -> str:
+    return f"{PREFIX}run:{run_id}"
+
+
+def outcome_key(run_id: str) -> str:
+    return f"{PREFIX}outcome:{run_id}"
 
 
 _shared: dict[str, redis.Redis] = {}
@@ -309,11 +319,14 @@ def recover(conn: redis.Redis, approval_id: str) -> str:
     return _text(eval_script(conn, _RECOVER_LUA, keys, [approval_id]))
 
 
-def create(conn: redis.Redis, approval: Approval, history: list[dict[str, Any]]) -> Any:
+def create(
+    conn: redis.Redis, approval: Approval, history: list[dict[str, Any]], run_ttl: int = 0
+) -> Any:
     """Queue the writes that create a pending approval on a transactional pipeline.
 
     Returned un-executed so the caller can add the card job to the same MULTI/EXEC: either
-    both the approval and its card job exist, or neither does.
+    both the approval and its card job exist, or neither does. An approval with a ``run_id``
+    is also added to its run's stream, kept ``run_ttl`` seconds from now.
     """
     pipe = conn.pipeline(transaction=True)
     pipe.multi()  # explicit, so RQ's enqueue(pipeline=...) joins this transaction
@@ -328,7 +341,61 @@ def create(conn: redis.Redis, approval: Approval, history: list[dict[str, Any]])
     pipe.set(history_key(approval.id), json.dumps(history))
     pipe.zadd(PENDING_KEY, {approval.id: approval.created_at})
     audit(pipe, approval.id, "paused", approval.agent, tool=approval.tool_name)
+    if approval.run_id is not None:
+        pipe.xadd(run_key(approval.run_id), {"event": "paused", "pause_id": approval.id})
+        pipe.expire(run_key(approval.run_id), max(run_ttl, 1))
     return pipe
+
+
+def run_pauses(conn: redis.Redis, run_id: str) -> list[str]:
+    """The ids of a run's pauses, in order (empty when the run is unknown or expired)."""
+    entries = cast(list[tuple[bytes, dict[bytes, bytes]]], conn.xrange(run_key(run_id)))
+    return [_text(f.get(b"pause_id")) for _, f in entries if f.get(b"event") == b"paused"]
+
+
+def wait_run_event(conn: redis.Redis, run_id: str, after: str, block: float) -> str:
+    """Block up to ``block`` seconds for an event of the run after stream id ``after``;
+    returns the id of the last event read (``after`` when none came)."""
+    found = conn.xread({run_key(run_id): after}, block=max(1, int(block * 1000)))
+    for _, entries in cast(list[tuple[bytes, list[tuple[bytes, Any]]]], found or []):
+        if entries:
+            after = _text(entries[-1][0])
+    return after
+
+
+# KEYS: outcome hash, run stream. ARGV: outcome JSON, on_finish ("" for none), ttl.
+_SAVE_OUTCOME_LUA = """
+if redis.call('HSETNX', KEYS[1], 'outcome', ARGV[1]) == 0 then return 0 end
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'on_finish', ARGV[2]) end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('XADD', KEYS[2], '*', 'event', 'ended')
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+
+
+def save_outcome(
+    conn: redis.Redis, run_id: str, outcome: str, on_finish: str | None, ttl: int
+) -> bool:
+    """Store a run's final outcome (JSON) for ``ttl`` seconds and wake its waiters, once;
+    False when it was stored already (the first one stands)."""
+    keys = [outcome_key(run_id), run_key(run_id)]
+    return bool(eval_script(conn, _SAVE_OUTCOME_LUA, keys, [outcome, on_finish or "", ttl]))
+
+
+def outcome_flag_set(conn: redis.Redis, run_id: str) -> bool:
+    """Whether the run's ``on_finish`` call has returned."""
+    return bool(conn.hexists(outcome_key(run_id), "on_finish_called"))
+
+
+def set_outcome_flag(conn: redis.Redis, run_id: str) -> None:
+    conn.hset(outcome_key(run_id), "on_finish_called", repr(time.time()))
+
+
+def load_outcome(conn: redis.Redis, run_id: str) -> tuple[Any, str | None]:
+    """A run's stored outcome (decoded JSON, None when not ended or expired) and on_finish."""
+    raw = cast(list[bytes | None], conn.hmget(outcome_key(run_id), ["outcome", "on_finish"]))
+    return _json(raw[0]), _text(raw[1]) or None
 
 
 def load(conn: redis.Redis, approval_id: str) -> Approval:

@@ -86,6 +86,11 @@ def import_tools(refs: Sequence[ToolRef], allowed: Sequence[str]) -> list[Callab
     return [_import(ref, allowed) for ref in refs]
 
 
+def module_allowed(module: str, allowed: Sequence[str]) -> bool:
+    """Whether ``module`` is one of ``allowed`` (APPROVALS_TOOL_MODULES) or inside one."""
+    return _allowed(module, allowed)
+
+
 def _allowed(module: str, allowed: Sequence[str]) -> bool:
     return any(module == name or module.startswith(name + ".") for name in allowed)
 

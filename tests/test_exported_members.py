@@ -22,6 +22,7 @@ PUBLIC = [
     "idempotency_key",
     "requires_approval",
     "run_agent",
+    "wait",
 ]
 
 

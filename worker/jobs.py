@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import redis
 from slack_sdk import WebClient
 
-from approvals import agent, queue, review, slack, store
+from approvals import agent, outcomes, queue, review, slack, store
 from approvals.config import Settings
 from approvals.errors import ResumeError, ToolAlreadyStarted
 from approvals.logs import bind_approval
@@ -198,6 +198,8 @@ def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
         tool_output=result.tool_output or "",
     )
     _call_off(shown)
+    if finished and result.status in (Status.COMPLETED, Status.FAILED):
+        outcomes.finish_run(conn, settings, store.load(conn, approval_id))
     if finished:  # what was just stored, without reading it back
         approval.status, approval.result = result.status, result
     else:  # moved on meanwhile (recovery took it for dead): show what the record says
@@ -342,3 +344,8 @@ def _publish(approval: Approval, claimed: bool = False) -> None:
     except Exception:
         store.release(conn, approval.id, PUBLISHED)  # let RQ's retry try again
         raise
+
+
+def call_on_finish(run_id: str) -> str:
+    """Call a finished run's ``on_finish`` with its outcome (RQ retries it when it raises)."""
+    return outcomes.call_on_finish(_conn(), _settings(), run_id)

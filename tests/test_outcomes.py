@@ -1,0 +1,221 @@
+"""The outcome comes back: ``wait``, ``run_agent(wait=True)``, ``on_finish``, ``approvals
+result``, against the real bot, worker and Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from approvals import GateError, run_agent, store, wait
+from approvals.cli import cli
+from approvals.models import Status
+from tests.agents.scripted import calls, say, script
+from tests.agents.tools import delete_path, drop_table, list_files, send_email
+from tests.conftest import wait_until
+from tests.e2e import card_of, click, submit_reject, tool_runs, wait_status
+
+TOOLS = [list_files, delete_path, send_email, drop_table]
+DELETE = script(calls(("delete_path", {"path": "build"})), say("Finished: {results}"))
+TWO_PAUSES = script(
+    calls(("delete_path", {"path": "a"})),
+    calls(("send_email", {"to": "ops@example.com", "subject": "cleaned"})),
+    say("All done: {results}"),
+)
+
+
+def _pause(prompt: str = DELETE, **kw):
+    outcome = run_agent("scripted", prompt, tools=TOOLS, **kw)
+    assert outcome.status == "paused" and outcome.run_id
+    return outcome
+
+
+def _approve(slack, services, pause_id):
+    card = card_of(slack, pause_id)
+    status, _ = click(slack, services.bot_url, "approve", pause_id, card_ts=card.ts)
+    assert status == 200
+
+
+def _waiting(pause_id, **kw):
+    """Run ``wait`` in a thread; returns the thread and the list its outcome lands in."""
+    found: list = []
+    thread = threading.Thread(target=lambda: found.append(wait(pause_id, **kw)), daemon=True)
+    thread.start()
+    return thread, found
+
+
+def test_wait_returns_the_completed_text_after_an_approve_click(services, slack, env, conn):
+    """wait() blocks until the worker finished the run, then returns its final answer."""
+    paused = _pause()
+    thread, found = _waiting(paused.pause_id, timeout=60)
+    _approve(slack, services, paused.pause_id)
+    thread.join(60)
+    (outcome,) = found
+    assert outcome.status == "completed" and "deleted build" in outcome.text
+    assert outcome.run_id == paused.run_id
+    (call,) = outcome.calls
+    assert call.tool == "delete_path" and call.ran_with == {"path": "build"}
+    assert call.output == "deleted build"
+    assert call.decision.actor == "UALICE" and call.decision.kind.value == "approve"
+
+
+def test_follow_goes_through_two_pauses_to_one_final_outcome(services, slack, env, conn):
+    """Two cards of one run, both approved: one outcome, both calls and decisions, one run_id."""
+    paused = _pause(TWO_PAUSES)
+    thread, found = _waiting(paused.pause_id, timeout=60)
+    _approve(slack, services, paused.pause_id)
+    second = wait_status(conn, paused.pause_id, Status.PAUSED).result.next_approval_id
+    assert store.load(conn, second).run_id == paused.run_id
+    assert thread.is_alive()  # the run paused again: not its end
+    _approve(slack, services, second)
+    thread.join(60)
+    (outcome,) = found
+    assert outcome.status == "completed" and "sent to ops@example.com" in outcome.text
+    assert [c.tool for c in outcome.calls] == ["delete_path", "send_email"]
+    assert [c.pause_id for c in outcome.calls] == [paused.pause_id, second]
+    assert [d.actor for d in outcome.decisions] == ["UALICE", "UALICE"]
+    assert outcome.run_id == paused.run_id
+
+
+def test_without_follow_wait_returns_at_the_next_pause(services, slack, env, conn):
+    """follow=False: the resume paused again, so wait returns the pause now waiting."""
+    paused = _pause(TWO_PAUSES)
+    thread, found = _waiting(paused.pause_id, timeout=60, follow=False)
+    _approve(slack, services, paused.pause_id)
+    thread.join(60)
+    (outcome,) = found
+    second = store.load(conn, paused.pause_id).result.next_approval_id
+    assert outcome.status == "paused" and outcome.pause_id == second
+
+
+def test_a_rejection_with_on_reject_stop_gives_stopped_with_who_and_why(services, slack, conn):
+    """on_reject="stop": the run ends at the rejection; the outcome says who and why."""
+    paused = _pause(script(calls(("drop_table", {"name": "users"})), say("dropped")))
+    thread, found = _waiting(paused.pause_id, timeout=60)
+    card_of(slack, paused.pause_id)
+    status, _ = submit_reject(services.bot_url, paused.pause_id, "not in production")
+    assert status == 200
+    thread.join(60)
+    (outcome,) = found
+    assert outcome.status == "stopped"
+    assert outcome.stopped_by in ("UALICE", "ualice") and outcome.reason == "not in production"
+    assert outcome.calls[0].ran_with is None
+
+
+def test_a_timeout_returns_the_current_state_fast(env, conn):
+    """Nobody decided: the timeout returns "paused" with the pause waiting, not an exception."""
+    paused = _pause()
+    started = time.monotonic()
+    outcome = wait(paused.pause_id, timeout=0.3)
+    assert time.monotonic() - started < 3
+    assert outcome.status == "paused" and outcome.pause_id == paused.pause_id
+    assert outcome.run_id == paused.run_id and outcome.calls[0].decision is None
+
+
+def test_wait_from_a_fresh_process_after_the_pausing_one_exited(services, slack, env, conn):
+    """The agent process exits at the pause; another process started later gets the outcome."""
+    code = (
+        "from approvals import run_agent; from tests.agents.tools import delete_path;"
+        f"print(run_agent('scripted', {DELETE!r}, tools=[delete_path]).pause_id)"
+    )
+    pausing = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    pause_id = pausing.stdout.strip().splitlines()[-1]
+    _approve(slack, services, pause_id)
+    wait_status(conn, pause_id, Status.COMPLETED)
+    code = (
+        "import json; from approvals import wait;"
+        f"print(json.dumps(wait({pause_id!r}, timeout=30).to_dict()))"
+    )
+    later = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    outcome = json.loads(later.stdout.strip().splitlines()[-1])
+    assert outcome["status"] == "completed" and "deleted build" in outcome["text"]
+
+
+def test_run_agent_wait_true_returns_the_final_outcome(services, slack, env, conn):
+    """run_agent(wait=True) in a thread blocks through the click and returns the end."""
+    found: list = []
+
+    def agent() -> None:
+        found.append(run_agent("scripted", DELETE, tools=TOOLS, wait=True, timeout=60))
+
+    thread = threading.Thread(target=agent, daemon=True)
+    thread.start()
+    pause_id = wait_until(lambda: store.pending(conn), 20, "the pause")[0].id
+    _approve(slack, services, pause_id)
+    thread.join(60)
+    (outcome,) = found
+    assert outcome.status == "completed" and "deleted build" in outcome.text
+    assert tool_runs(env, "delete_path")[0]["pid"] != os.getpid()  # it ran in the worker
+
+
+def _finish_calls(env, name="on_finish"):
+    return tool_runs(env, name)
+
+
+def test_on_finish_is_called_once_with_the_final_outcome(services, slack, env, conn):
+    """The worker calls on_finish once the run ends, with the run id as idempotency key."""
+    paused = _pause(on_finish="tests.agents.continuations:note_outcome")
+    _approve(slack, services, paused.pause_id)
+    (call,) = wait_until(lambda: _finish_calls(env), 30, "the on_finish call")
+    assert call["status"] == "completed" and call["key"] == paused.run_id
+    assert call["pid"] != os.getpid()
+    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
+    assert len(_finish_calls(env)) == 1
+
+
+def test_on_finish_that_raises_the_first_time_is_retried_and_succeeds_once(
+    services, slack, env, conn
+):
+    """A continuation that fails is retried by RQ; it succeeds exactly once."""
+    paused = _pause(on_finish="tests.agents.continuations:flaky_note")
+    _approve(slack, services, paused.pause_id)
+    (call,) = wait_until(lambda: _finish_calls(env), 40, "the retried on_finish call")
+    assert len(_finish_calls(env, "on_finish_failed")) == 1
+    assert call["key"] == paused.run_id
+    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
+    assert len(_finish_calls(env)) == 1
+
+
+def test_on_finish_outside_the_allow_list_is_refused_before_the_run(env):
+    """A continuation the worker would refuse is refused by run_agent, before any model call."""
+    with pytest.raises(GateError, match="APPROVALS_TOOL_MODULES"):
+        run_agent("scripted", DELETE, tools=TOOLS, on_finish="os:system")
+
+
+def test_approvals_result_json_prints_the_outcome(services, slack, env, conn):
+    """`approvals result ID --json` prints the outcome, by pause id and by run id alike."""
+    paused = _pause()
+    runner = CliRunner()
+    before = json.loads(runner.invoke(cli, ["result", paused.pause_id, "--json"]).output)
+    assert before["status"] == "paused" and before["pause_id"] == paused.pause_id
+    _approve(slack, services, paused.pause_id)
+    wait(paused.pause_id, timeout=60)
+    for some_id in (paused.pause_id, paused.run_id):
+        result = runner.invoke(cli, ["result", some_id, "--json"])
+        assert result.exit_code == 0, result.output
+        outcome = json.loads(result.output)
+        assert outcome["status"] == "completed" and outcome["run_id"] == paused.run_id
+        assert outcome["calls"][0]["decision"]["actor"] == "UALICE"
+    text = runner.invoke(cli, ["result", paused.run_id]).output
+    assert f"run {paused.run_id}: completed" in text and "approve by" in text
+    assert runner.invoke(cli, ["result", "nope"]).exit_code == 1
+
+
+@pytest.mark.service_env(APPROVALS_RESULT_TTL="5000")
+def test_the_outcome_is_kept_for_the_result_ttl(services, slack, env, conn, monkeypatch):
+    """The stored outcome expires after APPROVALS_RESULT_TTL seconds."""
+    paused = _pause()
+    _approve(slack, services, paused.pause_id)
+    wait(paused.pause_id, timeout=60)
+    ttl = conn.ttl(store.outcome_key(paused.run_id))
+    assert 4900 < ttl <= 5000
