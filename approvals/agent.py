@@ -93,6 +93,7 @@ def run_agent(
     Raises:
         GateError: a tool (or ``on_finish``) cannot be found again by a worker (defined in
             ``__main__``, outside ``APPROVALS_TOOL_MODULES``...).
+        ConfigError: ``on_finish`` is given but ``APPROVALS_TOOL_MODULES`` is not set.
     """
     settings = settings or Settings.from_env()
     if on_finish is not None:

@@ -17,11 +17,11 @@ from approvals import GateError, run_agent, store, wait
 from approvals.cli import cli
 from approvals.models import Status
 from tests.agents.scripted import calls, say, script
-from tests.agents.tools import delete_path, drop_table, list_files, send_email
+from tests.agents.tools import delete_path, drop_table, list_files, rotate_key, send_email
 from tests.conftest import wait_until
 from tests.e2e import card_of, click, submit_reject, tool_runs, wait_status
 
-TOOLS = [list_files, delete_path, send_email, drop_table]
+TOOLS = [list_files, delete_path, send_email, drop_table, rotate_key]
 DELETE = script(calls(("delete_path", {"path": "build"})), say("Finished: {results}"))
 TWO_PAUSES = script(
     calls(("delete_path", {"path": "a"})),
@@ -219,3 +219,19 @@ def test_the_outcome_is_kept_for_the_result_ttl(services, slack, env, conn, monk
     wait(paused.pause_id, timeout=60)
     ttl = conn.ttl(store.outcome_key(paused.run_id))
     assert 4900 < ttl <= 5000
+
+
+def test_an_expiry_with_the_default_on_reject_is_not_the_end_of_the_run(services, env, conn):
+    """The model is told the approval expired and goes on: wait returns its completed answer."""
+    paused = _pause(script(calls(("rotate_key", {"name": "k"})), say("went on: {results}")))
+    outcome = wait(paused.pause_id, timeout=60)
+    assert outcome.status == "completed" and "expired" in outcome.text
+    assert [d.kind.value for d in outcome.decisions] == ["expire"]
+
+
+def test_an_expiry_with_on_reject_stop_gives_stopped_by_the_system(services, env, conn):
+    """on_reject="stop" and nobody decided: stopped, by "system", because it expired."""
+    paused = _pause(script(calls(("drop_table", {"name": "users"})), say("dropped")))
+    outcome = wait(paused.pause_id, timeout=60)
+    assert outcome.status == "stopped" and outcome.stopped_by == "system"
+    assert "expired" in outcome.reason
