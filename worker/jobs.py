@@ -199,13 +199,22 @@ def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
     )
     _call_off(shown)
     if finished and result.status in (Status.COMPLETED, Status.FAILED):
-        outcomes.finish_run(conn, settings, store.load(conn, approval_id))
+        _finish_run(conn, settings, approval_id)
     if finished:  # what was just stored, without reading it back
         approval.status, approval.result = result.status, result
     else:  # moved on meanwhile (recovery took it for dead): show what the record says
         approval = store.load(conn, approval_id)
     _publish_now(approval, finished)
     return result.status.value
+
+
+def _finish_run(conn: redis.Redis, settings: Settings, approval_id: str) -> None:
+    """Store the run's outcome and queue its ``on_finish``; a failure here is logged, never
+    keeps the card from showing the result (``wait`` still reads the end from the records)."""
+    try:
+        outcomes.finish_run(conn, settings, store.load(conn, approval_id))
+    except Exception:
+        log.exception("could not record the outcome of the run of approval %s", approval_id)
 
 
 def _record_end(
