@@ -89,13 +89,21 @@ def close_shared_connections() -> None:
         client.close()
 
 
+#: redis-py 8 caps a client's pool at 100 connections and fails the command past that: an agent
+#: program whose many threads pause at once would lose pauses instead of opening more.
+MAX_CONNECTIONS = 2000
+
+
 def connect(settings: Settings) -> redis.Redis:
     """A client for ``REDIS_URL`` (``redis://``, ``rediss://`` and ACL users in the URL work).
 
     Responses stay bytes: RQ shares this connection and needs them so.
     """
     return redis.Redis.from_url(
-        settings.redis_url, health_check_interval=30, driver_info=_DRIVER_INFO
+        settings.redis_url,
+        health_check_interval=30,
+        driver_info=_DRIVER_INFO,
+        max_connections=MAX_CONNECTIONS,
     )
 
 
