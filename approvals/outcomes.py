@@ -2,7 +2,8 @@
 
 A run is everything one ``run_agent`` call sets off: the first chain, and every resume after
 each pause, in whichever worker. It gets a ``run_id`` at the start; every pause of it carries
-that id and is added to the run's stream in Redis (``store.run_key``). The run ends when a
+that id and is added to the run's list of pauses in Redis; a pause after a resume wakes the
+run's stream (``store.run_key``), which its waiters block on. The run ends when a
 resume completes or fails, or when a rejection or an expiry stops it (``on_reject="stop"``);
 then ``finish_run`` stores the final ``Outcome`` for ``APPROVALS_RESULT_TTL`` seconds, adds
 an "ended" event to the stream and queues the ``on_finish`` job. ``wait`` blocks on that

@@ -13,7 +13,8 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:audit:<id>      list    what happened to the approval (JSON lines: event, actor, at)
     approvals:deadlines       zset    "expire:<id>" and "warn:<id>", scored by when they are due
     approvals:seen:<sig>      string  a Slack request signature already accepted (TTL)
-    approvals:run:<run_id>    stream  a run's events: "paused" (pause_id) per pause, "ended" (TTL)
+    approvals:run:<run_id>    stream  wakes a run's waiters: "paused" again after a resume, "ended"
+    approvals:run:<run_id>:pauses list  the run's pause ids, in order (TTL)
     approvals:outcome:<run_id> hash   outcome (JSON), on_finish, on_finish_called (TTL)
 
 The history lives apart from the hash so that listing and deciding never read it. Status
@@ -64,6 +65,10 @@ def audit_key(approval_id: str) -> str:
 
 def run_key(run_id: str) -> str:
     return f"{PREFIX}run:{run_id}"
+
+
+def run_pauses_key(run_id: str) -> str:
+    return f"{PREFIX}run:{run_id}:pauses"
 
 
 def outcome_key(run_id: str) -> str:
@@ -334,7 +339,9 @@ def create(
 
     Returned un-executed so the caller can add the card job to the same MULTI/EXEC: either
     both the approval and its card job exist, or neither does. An approval with a ``run_id``
-    is also added to its run's stream, kept ``run_ttl`` seconds from now.
+    is also added to its run's list of pauses, kept ``run_ttl`` seconds from now (a list, not
+    the run's stream: a stream's first entry allocates a node of kilobytes, which every waiting
+    approval would carry).
     """
     pipe = conn.pipeline(transaction=True)
     pipe.multi()  # explicit, so RQ's enqueue(pipeline=...) joins this transaction
@@ -350,15 +357,22 @@ def create(
     pipe.zadd(PENDING_KEY, {approval.id: approval.created_at})
     audit(pipe, approval.id, "paused", approval.agent, tool=approval.tool_name)
     if approval.run_id is not None:
-        pipe.xadd(run_key(approval.run_id), {"event": "paused", "pause_id": approval.id})
-        pipe.expire(run_key(approval.run_id), max(run_ttl, 1))
+        pipe.rpush(run_pauses_key(approval.run_id), approval.id)
+        pipe.expire(run_pauses_key(approval.run_id), max(run_ttl, 1))
     return pipe
 
 
 def run_pauses(conn: redis.Redis, run_id: str) -> list[str]:
     """The ids of a run's pauses, in order (empty when the run is unknown or expired)."""
-    entries = cast(list[tuple[bytes, dict[bytes, bytes]]], conn.xrange(run_key(run_id)))
-    return [_text(f.get(b"pause_id")) for _, f in entries if f.get(b"event") == b"paused"]
+    return [_text(i) for i in cast(list[bytes], conn.lrange(run_pauses_key(run_id), 0, -1))]
+
+
+def wake_run(conn: redis.Redis, run_id: str, event: str, ttl: int) -> None:
+    """Wake whoever waits on the run (``wait_run_event``): it paused again, say."""
+    pipe = conn.pipeline(transaction=True)
+    pipe.xadd(run_key(run_id), {"event": event})
+    pipe.expire(run_key(run_id), max(ttl, 1))
+    pipe.execute()
 
 
 def wait_run_event(conn: redis.Redis, run_id: str, after: str, block: float) -> str:

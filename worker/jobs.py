@@ -200,6 +200,8 @@ def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
     _call_off(shown)
     if finished and result.status in (Status.COMPLETED, Status.FAILED):
         _finish_run(conn, settings, approval_id)
+    elif finished and result.status is Status.PAUSED and approval.run_id is not None:
+        _wake(conn, approval.run_id, settings.result_ttl)
     if finished:  # what was just stored, without reading it back
         approval.status, approval.result = result.status, result
     else:  # moved on meanwhile (recovery took it for dead): show what the record says
@@ -215,6 +217,14 @@ def _finish_run(conn: redis.Redis, settings: Settings, approval_id: str) -> None
         outcomes.finish_run(conn, settings, store.load(conn, approval_id))
     except Exception:
         log.exception("could not record the outcome of the run of approval %s", approval_id)
+
+
+def _wake(conn: redis.Redis, run_id: str, ttl: int) -> None:
+    """Tell the run's waiters it paused again (``wait(follow=False)`` returns at that)."""
+    try:
+        store.wake_run(conn, run_id, "paused", ttl)
+    except redis.RedisError:  # waiters look again on their own within seconds
+        log.warning("could not wake the waiters of run %s", run_id, exc_info=True)
 
 
 def _record_end(
