@@ -19,9 +19,11 @@ from bot.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-#: Threads running the work after each acknowledgement (Bolt's lazy listeners). A few, so
-#: that one Slack call sleeping out a rate limit does not hold up every other click.
-WORK_THREADS = 4
+#: Threads running the work after each acknowledgement (Bolt's lazy listeners), per process.
+#: Two, so that one Slack call sleeping out a rate limit does not hold up every other click;
+#: not more, because the work shares the interpreter with the threads answering Slack, and
+#: in a burst of clicks more of it at once only delays the answers.
+WORK_THREADS = 2
 
 
 def check_settings(settings: Settings) -> None:
