@@ -152,6 +152,12 @@ def enqueue_interrupted(conn: redis.Redis, settings: Settings, approval_id: str)
     )
 
 
+def finish_queued(conn: redis.Redis, run_id: str) -> bool:
+    """Whether the run's ``on_finish`` job was written (RQ keeps it queued, scheduled for a
+    retry, failed, or for a while after it succeeded)."""
+    return bool(Job.exists(f"finish-{run_id}", connection=conn))
+
+
 def enqueue_finish(conn: redis.Redis, settings: Settings, run_id: str) -> None:
     """Ask a worker to call the run's ``on_finish`` with its outcome (retried on failure)."""
     get_queue(conn, settings).enqueue(

@@ -56,6 +56,23 @@ def recover_dead_runs(conn: redis.Redis, settings: Settings) -> dict[str, str]:
     return outcomes
 
 
+def requeue_unfinished(conn: redis.Redis, settings: Settings) -> list[str]:
+    """Queue the ``on_finish`` of every run that ended with no job for it: the worker that
+    stored the outcome died before queuing it. Returns the run ids."""
+    now = time.time()
+    store.forget_finishing(conn, now - settings.result_ttl)
+    requeued = []
+    for run_id in store.finishing_between(conn, now - settings.result_ttl, now - STRANDED_AFTER):
+        if queue.finish_queued(conn, run_id):
+            continue
+        log.warning("run %s: ended, but its on_finish was never queued", run_id)
+        # Two workers may both queue it: the second call finds the first noted, or at worst
+        # passes the same idempotency key.
+        queue.enqueue_finish(conn, settings, run_id)
+        requeued.append(run_id)
+    return requeued
+
+
 def requeue_stranded(conn: redis.Redis, settings: Settings) -> list[str]:
     """Queue the resume of every recent decision that has none; returns their ids."""
     now = time.time()

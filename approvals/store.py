@@ -16,6 +16,7 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:run:<run_id>    stream  wakes a run's waiters: "paused" again after a resume, "ended"
     approvals:run:<run_id>:pauses list  the run's pause ids, in order (TTL)
     approvals:outcome:<run_id> hash   outcome (JSON), on_finish, on_finish_called (TTL)
+    approvals:finishing       zset    runs whose on_finish has not returned, by when they ended
 
 The history lives apart from the hash so that listing and deciding never read it. Status
 changes go through ``transition``, a Lua compare-and-set: it checks the current status against
@@ -49,6 +50,8 @@ PENDING_KEY = PREFIX + "pending"
 DECIDED_KEY = PREFIX + "decided"
 RUNNING_KEY = PREFIX + "running"
 DEADLINES_KEY = PREFIX + "deadlines"
+#: Runs whose ``on_finish`` has not returned yet, by when they ended.
+FINISHING_KEY = PREFIX + "finishing"
 
 
 def approval_key(approval_id: str) -> str:
@@ -385,10 +388,14 @@ def wait_run_event(conn: redis.Redis, run_id: str, after: str, block: float) -> 
     return after
 
 
-# KEYS: outcome hash, run stream. ARGV: outcome JSON, on_finish ("" for none), ttl.
+# KEYS: outcome hash, run stream, finishing zset. ARGV: outcome JSON, on_finish ("" for
+# none), ttl, run id, now.
 _SAVE_OUTCOME_LUA = """
 if redis.call('HSETNX', KEYS[1], 'outcome', ARGV[1]) == 0 then return 0 end
-if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'on_finish', ARGV[2]) end
+if ARGV[2] ~= '' then
+  redis.call('HSET', KEYS[1], 'on_finish', ARGV[2])
+  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
+end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('XADD', KEYS[2], '*', 'event', 'ended')
 redis.call('EXPIRE', KEYS[2], ARGV[3])
@@ -400,9 +407,21 @@ def save_outcome(
     conn: redis.Redis, run_id: str, outcome: str, on_finish: str | None, ttl: int
 ) -> bool:
     """Store a run's final outcome (JSON) for ``ttl`` seconds and wake its waiters, once;
-    False when it was stored already (the first one stands)."""
-    keys = [outcome_key(run_id), run_key(run_id)]
-    return bool(eval_script(conn, _SAVE_OUTCOME_LUA, keys, [outcome, on_finish or "", ttl]))
+    False when it was stored already (the first one stands). A run with an ``on_finish`` is
+    noted as finishing in the same step, until ``set_outcome_flag``."""
+    keys = [outcome_key(run_id), run_key(run_id), FINISHING_KEY]
+    args = [outcome, on_finish or "", ttl, run_id, repr(time.time())]
+    return bool(eval_script(conn, _SAVE_OUTCOME_LUA, keys, args))
+
+
+def finishing_between(conn: redis.Redis, since: float, until: float) -> list[str]:
+    """Runs whose ``on_finish`` has not returned, that ended between the two times."""
+    return [_text(i) for i in cast(list[bytes], conn.zrangebyscore(FINISHING_KEY, since, until))]
+
+
+def forget_finishing(conn: redis.Redis, until: float) -> None:
+    """Stop tracking runs that ended before ``until`` (their outcome has expired)."""
+    conn.zremrangebyscore(FINISHING_KEY, "-inf", until)
 
 
 def outcome_flag_set(conn: redis.Redis, run_id: str) -> bool:
@@ -411,7 +430,11 @@ def outcome_flag_set(conn: redis.Redis, run_id: str) -> bool:
 
 
 def set_outcome_flag(conn: redis.Redis, run_id: str) -> None:
-    conn.hset(outcome_key(run_id), "on_finish_called", repr(time.time()))
+    """Note that the run's ``on_finish`` returned: it is not finishing any more."""
+    pipe = conn.pipeline(transaction=True)
+    pipe.hset(outcome_key(run_id), "on_finish_called", repr(time.time()))
+    pipe.zrem(FINISHING_KEY, run_id)
+    pipe.execute()
 
 
 def load_outcome(conn: redis.Redis, run_id: str) -> tuple[Any, str | None]:

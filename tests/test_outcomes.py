@@ -13,9 +13,11 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from approvals import GateError, run_agent, store, wait
+from approvals import GateError, queue, run_agent, store, wait
 from approvals.cli import cli
 from approvals.models import Status
+from approvals.outcomes import Outcome
+from approvals.recovery import STRANDED_AFTER
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, drop_table, list_files, rotate_key, send_email
 from tests.conftest import wait_until
@@ -235,3 +237,23 @@ def test_an_expiry_with_on_reject_stop_gives_stopped_by_the_system(services, env
     outcome = wait(paused.pause_id, timeout=60)
     assert outcome.status == "stopped" and outcome.stopped_by == "system"
     assert "expired" in outcome.reason
+
+
+def test_on_finish_is_called_when_the_worker_died_before_queuing_it(services, slack, env, conn):
+    """The outcome is stored (as the worker's first step does) and no on_finish job follows,
+    as when that worker dies between the two: a worker queues it once the end is old enough,
+    and the continuation runs once."""
+    paused = _pause(on_finish="tests.agents.continuations:note_outcome")
+    ended = Outcome("completed", text="done", run_id=paused.run_id)
+    outcome = json.dumps(ended.to_dict())
+    path = "tests.agents.continuations:note_outcome"
+    assert store.save_outcome(conn, paused.run_id, outcome, path, 3600)
+    assert not queue.finish_queued(conn, paused.run_id)
+    # Time passes: the run ended longer ago than a live worker takes to queue the call.
+    conn.zadd(store.FINISHING_KEY, {paused.run_id: time.time() - STRANDED_AFTER - 1}, xx=True)
+
+    (call,) = wait_until(lambda: _finish_calls(env), 30, "the on_finish call")
+    assert call["status"] == "completed" and call["key"] == paused.run_id
+    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
+    assert conn.zscore(store.FINISHING_KEY, paused.run_id) is None
+    assert len(_finish_calls(env)) == 1

@@ -32,7 +32,7 @@ from approvals.config import Settings
 from approvals.logs import configure_logging
 from approvals.plugins import load_plugins, warm_models
 from approvals.queue import get_queue
-from approvals.recovery import recover_dead_runs, requeue_stranded
+from approvals.recovery import recover_dead_runs, requeue_stranded, requeue_unfinished
 from approvals.tools import import_modules
 
 log = logging.getLogger(__name__)
@@ -142,12 +142,13 @@ def _warm(settings: Settings) -> None:
 
 def _start_background(settings: Settings) -> None:
     """Every worker, in the background: sweep due deadlines into jobs, several times a second,
-    and, every maintenance interval, look for resumes whose worker died and for decisions
-    whose resume was never queued. Each is atomic in Redis, so workers never act twice on
-    one deadline, one dead run or one stranded decision."""
+    and, every maintenance interval, look for resumes whose worker died, decisions whose
+    resume was never queued and ended runs whose ``on_finish`` was never queued. Each is
+    atomic in Redis or idempotent, so workers never act twice on one of them."""
     _every("approvals-deadlines", deadlines.SWEEP_INTERVAL, settings, deadlines.sweep)
     _every("approvals-recovery", settings.maintenance_interval, settings, recover_dead_runs)
     _every("approvals-stranded", settings.maintenance_interval, settings, requeue_stranded)
+    _every("approvals-unfinished", settings.maintenance_interval, settings, requeue_unfinished)
 
 
 def _every(
