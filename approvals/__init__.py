@@ -1,10 +1,11 @@
 """approvals: people approve, reject or edit what llm agents are about to do, from Slack.
 
-The public API is small: gate a tool with ``requires_approval``, run the agent with
-``run_agent``; a worker resumes it after the decision, and ``wait`` returns how it ended.
+The public API is small: gate a tool with ``requires_approval`` (or ``gate`` for code one
+did not write), run the agent with ``run_agent`` (``run_agent_async`` for async models); a
+worker resumes it after the decision, and ``wait`` returns how it ended.
 """
 
-from approvals.agent import Outcome, run_agent
+from approvals.agent import Outcome, run_agent, run_agent_async
 from approvals.config import Settings
 from approvals.errors import (
     AlreadyDecided,
@@ -17,7 +18,7 @@ from approvals.errors import (
     ResumeError,
     UnknownApproval,
 )
-from approvals.gate import idempotency_key, requires_approval
+from approvals.gate import gate, idempotency_key, requires_approval
 from approvals.models import Approval, DecisionKind, Status
 from approvals.outcomes import wait
 
@@ -36,8 +37,10 @@ __all__ = [
     "Settings",
     "Status",
     "UnknownApproval",
+    "gate",
     "idempotency_key",
     "requires_approval",
     "run_agent",
+    "run_agent_async",
     "wait",
 ]

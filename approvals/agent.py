@@ -1,13 +1,15 @@
 """Running an agent until it finishes or pauses, and resuming it after a decision.
 
-``run_agent`` is what agent code calls. When a gated tool pauses the chain, the history is
-saved to Redis with the sibling results of the paused turn (so nothing that ran runs again)
-and a card job is enqueued in the same transaction. ``resume`` is what the worker calls: it
-rebuilds the chain from the saved history and lets llm execute the pending calls first.
+``run_agent`` (``run_agent_async`` for llm's async models) is what agent code calls. When a
+gated tool pauses the chain, the history is saved to Redis with the sibling results of the
+paused turn (so nothing that ran runs again) and a card job is enqueued in the same
+transaction. ``resume`` is what the worker calls: it rebuilds the chain from the saved
+history, with the API the run started on, and lets llm execute the pending calls first.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import json
 import secrets
@@ -19,21 +21,35 @@ import llm
 import redis
 from llm.parts import Message, ToolResultPart
 
-from approvals import outcomes, queue, store
+from approvals import llm_log, outcomes, queue, store
 from approvals.config import Settings
 from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
 from approvals.gate import gate_of, released
 from approvals.limits import SIBLING_PREVIEW
 from approvals.models import Approval, Decision, DecisionKind, SiblingResult
 from approvals.outcomes import Outcome
-from approvals.plugins import SyncModel, load_plugins, resolve_model
+from approvals.plugins import (
+    AsyncModel,
+    SyncModel,
+    load_plugins,
+    resolve_async_model,
+    resolve_model,
+)
 from approvals.secrets import secret_names
-from approvals.tools import check_allowed, describe_tool, import_tools, llm_tools, tool_refs
+from approvals.tools import (
+    AgentTool,
+    agent_tools,
+    check_allowed,
+    import_tools,
+    llm_tools,
+    tool_named,
+    tool_refs,
+)
 
 _LLM_VERSION = importlib.metadata.version("llm")
 
 
-__all__ = ["Outcome", "Resumed", "resume", "run_agent"]
+__all__ = ["Outcome", "Resumed", "resume", "run_agent", "run_agent_async"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +61,7 @@ class _RunContext:
     model_id: str
     agent: str
     system: str | None
-    tools: Sequence[Callable[..., Any]]
+    tools: Sequence[AgentTool]
     chain_limit: int
     channel: str | None = None
     requested_by: str | None = None
@@ -53,13 +69,15 @@ class _RunContext:
     thread_ts: str | None = None
     run_id: str | None = None
     on_finish: str | None = None
+    asynchronous: bool = False
+    llm_log: bool = False
 
 
 def run_agent(
     model: SyncModel | str,
     prompt: str,
     *,
-    tools: Sequence[Callable[..., Any]],
+    tools: Sequence[Any],
     system: str | None = None,
     agent: str = "agent",
     channel: str | None = None,
@@ -69,6 +87,7 @@ def run_agent(
     wait: bool = False,
     timeout: float | None = None,
     on_finish: str | None = None,
+    log: bool | None = None,
 ) -> Outcome:
     """Run a tool-calling chain until it completes or a gated tool pauses it.
 
@@ -78,7 +97,9 @@ def run_agent(
 
     Args:
         model: an llm model id (``"gpt-4o-mini"``) or a sync ``llm.Model``.
-        tools: module-level functions; gate the dangerous ones with ``@requires_approval``.
+        tools: module-level functions, ``llm.Toolbox`` instances and plugin tools
+            (``llm.get_tools()``); gate the dangerous ones with ``@requires_approval`` or
+            ``approvals.gate``.
         agent: a name for people reading the card.
         channel: where cards go; default: the gate's channel, then ``APPROVALS_CHANNEL``.
         requested_by: the Slack user id the agent acts for, shown on the card.
@@ -86,6 +107,8 @@ def run_agent(
         on_finish: ``"module:function"`` (a module in ``APPROVALS_TOOL_MODULES``) that a
             worker calls as ``function(outcome, idempotency_key=run_id)`` once the run ends;
             retried when it raises. A run that never pauses has it called too.
+        log: write the run to llm's log database as one conversation whose id is the run
+            id, here and in the workers that resume it (default: ``APPROVALS_LLM_LOG``).
 
     Returns:
         An ``Outcome``; when paused, ``pause_id`` names the approval waiting in Redis.
@@ -96,43 +119,119 @@ def run_agent(
         ConfigError: ``on_finish`` is given but ``APPROVALS_TOOL_MODULES`` is not set.
     """
     settings = settings or Settings.from_env()
+    found = _prepare(settings, tools, on_finish)
+    resolved = resolve_model(model)
+    context = _new_run(
+        settings, resolved.model_id, found, system, agent, channel, requested_by, chain_limit,
+        on_finish, log, asynchronous=False,
+    )  # fmt: skip
+    conversation = resolved.conversation(chain_limit=context.chain_limit)
+    conversation.id = context.run_id or conversation.id
+    chain = conversation.chain(prompt, system=system, tools=llm_tools(found))
+    outcome = _drive(chain, context)
+    if outcome.status != "paused":
+        _unpaused(context, outcome)
+        return outcome
+    if wait:
+        assert outcome.pause_id is not None
+        return outcomes.wait(outcome.pause_id, timeout=timeout, settings=settings)
+    return outcome
+
+
+async def run_agent_async(
+    model: AsyncModel | str,
+    prompt: str,
+    *,
+    tools: Sequence[Any],
+    system: str | None = None,
+    agent: str = "agent",
+    channel: str | None = None,
+    requested_by: str | None = None,
+    chain_limit: int | None = None,
+    settings: Settings | None = None,
+    wait: bool = False,
+    timeout: float | None = None,
+    on_finish: str | None = None,
+    log: bool | None = None,
+) -> Outcome:
+    """``run_agent`` for an ``llm.AsyncModel``: the same arguments, the same guarantees.
+
+    Tools may be coroutine functions (llm runs a turn's coroutine calls concurrently) or
+    plain functions. The worker resumes the run with llm's async API. Saving a pause and
+    ``wait=True`` use Redis's blocking client, from a thread when they may block for long.
+    """
+    settings = settings or Settings.from_env()
+    found = _prepare(settings, tools, on_finish)
+    resolved = resolve_async_model(model)
+    context = _new_run(
+        settings, resolved.model_id, found, system, agent, channel, requested_by, chain_limit,
+        on_finish, log, asynchronous=True,
+    )  # fmt: skip
+    conversation = resolved.conversation(chain_limit=context.chain_limit)
+    conversation.id = context.run_id or conversation.id
+    chain = conversation.chain(prompt, system=system, tools=llm_tools(found))
+    outcome = await _drive_async(chain, context)
+    if outcome.status != "paused":
+        _unpaused(context, outcome)
+        return outcome
+    if wait:
+        assert outcome.pause_id is not None
+        return await asyncio.to_thread(
+            outcomes.wait, outcome.pause_id, timeout=timeout, settings=settings
+        )
+    return outcome
+
+
+def _prepare(settings: Settings, tools: Sequence[Any], on_finish: str | None) -> list[AgentTool]:
+    """Check, before the first model call, that a worker could resume this run."""
     if on_finish is not None:
         outcomes.check_on_finish_early(on_finish, settings)
     load_plugins(settings)
-    resolved = resolve_model(model)
-    refs = tool_refs(tools)  # fail before the first model call, not at the pause
+    found = agent_tools(tools)
+    refs = tool_refs(found)  # fail before the first model call, not at the pause
     if settings.tool_modules:
         for ref in refs:
             try:
                 check_allowed(ref, settings.tool_modules)
             except ResumeError as exc:
                 raise GateError(str(exc)) from None
-    limit = chain_limit or settings.chain_limit
-    context = _RunContext(
+    return found
+
+
+def _new_run(
+    settings: Settings,
+    model_id: str,
+    tools: Sequence[AgentTool],
+    system: str | None,
+    agent: str,
+    channel: str | None,
+    requested_by: str | None,
+    chain_limit: int | None,
+    on_finish: str | None,
+    log: bool | None,
+    *,
+    asynchronous: bool,
+) -> _RunContext:
+    return _RunContext(
         conn=store.shared_connection(settings),
         settings=settings,
-        model_id=resolved.model_id,
+        model_id=model_id,
         agent=agent,
         system=system,
         tools=tools,
-        chain_limit=limit,
+        chain_limit=chain_limit or settings.chain_limit,
         channel=channel,
         requested_by=requested_by,
         run_id=outcomes.new_run_id(),
         on_finish=on_finish,
+        asynchronous=asynchronous,
+        llm_log=settings.llm_log if log is None else log,
     )
-    chain = resolved.conversation(chain_limit=limit).chain(
-        prompt, system=system, tools=llm_tools(tools)
-    )
-    outcome = _drive(chain, context)
-    if outcome.status != "paused":
-        if on_finish is not None:
-            outcomes.record_unpaused(context.conn, settings, outcome, on_finish)
-        return outcome
-    if wait:
-        assert outcome.pause_id is not None
-        return outcomes.wait(outcome.pause_id, timeout=timeout, settings=settings)
-    return outcome
+
+
+def _unpaused(context: _RunContext, outcome: Outcome) -> None:
+    if context.on_finish is not None:
+        outcomes.record_unpaused(context.conn, context.settings, outcome, context.on_finish)
 
 
 @dataclass(frozen=True)
@@ -155,7 +254,8 @@ def resume(
 
     ``on_tool_start`` is called once the gated call is marked started, just before it runs,
     so that work around the run (updating the card) never delays the tool. ``saved`` is the
-    history when the caller has read it already (``store.load_with_history``).
+    history when the caller has read it already (``store.load_with_history``). A run started
+    with ``run_agent_async`` resumes on llm's async API, in an event loop of its own.
 
     Raises:
         ResumeError: a tool or the model cannot be found, or a tool changed since the pause.
@@ -166,8 +266,68 @@ def resume(
         saved = store.load_history(conn, approval.id)
     history = [Message.from_dict(m) for m in saved]  # type: ignore[arg-type]
     tools = import_tools(approval.tools, settings.tool_modules)
-    model = resolve_model(approval.model_id)
     ran: dict[str, Any] = {}
+    before_call, after_call = _decision_hooks(conn, approval, decision, on_tool_start, ran)
+    context = _RunContext(
+        conn=conn,
+        settings=settings,
+        model_id=approval.model_id,
+        agent=approval.agent,
+        system=approval.system,
+        tools=tools,
+        chain_limit=approval.chain_limit,
+        channel=approval.channel,
+        requested_by=approval.requested_by,
+        parent_id=approval.id,
+        thread_ts=approval.thread_ts or approval.card_ts,
+        run_id=approval.run_id,
+        on_finish=approval.on_finish,
+        asynchronous=approval.asynchronous,
+        llm_log=approval.llm_log,
+    )
+    model: SyncModel | AsyncModel = (
+        resolve_async_model(approval.model_id)
+        if approval.asynchronous
+        else resolve_model(approval.model_id)
+    )
+    conversation = model.conversation(chain_limit=approval.chain_limit)
+    conversation.id = approval.run_id or conversation.id  # one conversation in llm's log
+    chain = conversation.chain(
+        messages=history,
+        system=approval.system,
+        tools=llm_tools(tools),
+        before_call=before_call,
+        after_call=after_call,
+    )
+    release: dict[str, str | None] = {}
+    if decision.kind.runs_tool:
+        release[approval.tool_call_id] = None
+    elif decision.kind is DecisionKind.RESPOND:
+        release[approval.tool_call_id] = decision.response or ""
+    with released(release, approval.id):
+        if approval.asynchronous:
+            outcome = asyncio.run(_drive_async(chain, context))
+        else:
+            outcome = _drive(chain, context)
+    if not decision.kind.runs_tool:
+        return Resumed(outcome, tool_output=ran.get("output"))
+    return Resumed(outcome, ran.get("arguments"), ran.get("output"))
+
+
+def _decision_hooks(
+    conn: redis.Redis,
+    approval: Approval,
+    decision: Decision,
+    on_tool_start: Callable[[], None] | None,
+    ran: dict[str, Any],
+) -> tuple[
+    Callable[[llm.Tool | None, llm.ToolCall], None],
+    Callable[[llm.Tool, llm.ToolCall, llm.ToolResult], None],
+]:
+    """llm's ``before_call`` / ``after_call`` hooks that apply the decision to its call.
+
+    Plain functions: llm's async chains accept them too, so both APIs share them.
+    """
 
     def before_call(tool: llm.Tool | None, call: llm.ToolCall) -> None:
         if call.tool_call_id != approval.tool_call_id:
@@ -196,38 +356,7 @@ def resume(
             )
             result.output = note + result.output
 
-    context = _RunContext(
-        conn=conn,
-        settings=settings,
-        model_id=approval.model_id,
-        agent=approval.agent,
-        system=approval.system,
-        tools=tools,
-        chain_limit=approval.chain_limit,
-        channel=approval.channel,
-        requested_by=approval.requested_by,
-        parent_id=approval.id,
-        thread_ts=approval.thread_ts or approval.card_ts,
-        run_id=approval.run_id,
-        on_finish=approval.on_finish,
-    )
-    chain = model.conversation(chain_limit=approval.chain_limit).chain(
-        messages=history,
-        system=approval.system,
-        tools=llm_tools(tools),
-        before_call=before_call,
-        after_call=after_call,
-    )
-    release: dict[str, str | None] = {}
-    if decision.kind.runs_tool:
-        release[approval.tool_call_id] = None
-    elif decision.kind is DecisionKind.RESPOND:
-        release[approval.tool_call_id] = decision.response or ""
-    with released(release, approval.id):
-        outcome = _drive(chain, context)
-    if not decision.kind.runs_tool:
-        return Resumed(outcome, tool_output=ran.get("output"))
-    return Resumed(outcome, ran.get("arguments"), ran.get("output"))
+    return before_call, after_call
 
 
 def refusal_text(decision: Decision) -> str | None:
@@ -251,33 +380,67 @@ def edit_note(actor: str, proposed: dict[str, Any], approved: dict[str, Any]) ->
 
 def _drive(chain: Any, context: _RunContext) -> Outcome:
     """Iterate the chain to its end; on a gated pause, save it and say so."""
-    last: llm.Response | None = None
+    seen: list[llm.Response] = []
     try:
         for response in chain.responses():
-            last = response
+            seen.append(response)
     except llm.PauseChain as pause:
-        if pause.tool_call is None or gate_of(_tool_named(context, pause.tool_call.name)) is None:
+        if not _ours(pause, context):
             raise  # not ours: a tool (or hook) of the caller's own paused the chain
+        last = seen[-1] if seen else None
         base = chain.prompt.messages if last is None else last.prompt.messages + last.messages()
-        pause_id = _save_pause(pause, base, context)
-        return Outcome("paused", pause_id=pause_id, run_id=context.run_id)
-    return Outcome("completed", text=last.text() if last is not None else "", run_id=context.run_id)
+        return _paused(pause, base, context)
+    finally:
+        if context.llm_log:
+            llm_log.write(context.settings, seen)
+    return _completed(seen[-1].text() if seen else "", context)
 
 
-def _tool_named(context: _RunContext, name: str) -> Callable[..., Any] | None:
-    for tool in context.tools:
-        if describe_tool(tool).name == name:
-            return tool
-    return None
+async def _drive_async(chain: Any, context: _RunContext) -> Outcome:
+    """``_drive`` for llm's async chains."""
+    seen: list[llm.AsyncResponse] = []
+    try:
+        async for response in chain.responses():
+            seen.append(response)
+    except llm.PauseChain as pause:
+        if not _ours(pause, context):
+            raise
+        last = seen[-1] if seen else None
+        base = (
+            chain.prompt.messages if last is None else last.prompt.messages + await last.messages()
+        )
+        return await asyncio.to_thread(_paused, pause, base, context)
+    finally:
+        if context.llm_log:
+            await llm_log.write_async(context.settings, seen)
+    return _completed(await seen[-1].text() if seen else "", context)
+
+
+def _ours(pause: llm.PauseChain, context: _RunContext) -> bool:
+    """Whether one of our gates paused the chain (and not a tool of the caller's own)."""
+    if pause.tool_call is None:
+        return False
+    tool = tool_named(context.tools, pause.tool_call.name)
+    return tool is not None and gate_of(tool.implementation) is not None
+
+
+def _paused(pause: llm.PauseChain, base: list[Message], context: _RunContext) -> Outcome:
+    pause_id = _save_pause(pause, base, context)
+    return Outcome("paused", pause_id=pause_id, run_id=context.run_id)
+
+
+def _completed(text: str, context: _RunContext) -> Outcome:
+    return Outcome("completed", text=text, run_id=context.run_id)
 
 
 def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext) -> str:
     call = pause.tool_call
     assert call is not None and call.tool_call_id is not None
-    tool = _tool_named(context, call.name)
-    gate = gate_of(tool)
-    assert tool is not None and gate is not None
-    properties = describe_tool(tool).input_schema.get("properties", {})
+    tool = tool_named(context.tools, call.name)
+    assert tool is not None
+    gate = gate_of(tool.implementation)
+    assert gate is not None
+    properties = tool.input_schema.get("properties", {})
     history: list[dict[str, Any]] = [dict(m.to_dict()) for m in base]
     if pause.tool_results:
         # Without these, the finished siblings of the paused turn would run again on resume.
@@ -314,6 +477,8 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         llm_version=_LLM_VERSION,
         run_id=context.run_id,
         on_finish=context.on_finish,
+        asynchronous=context.asynchronous,
+        llm_log=context.llm_log,
     )
     waits = gate.expires_in or context.settings.expires_in
     approval.expires_at = approval.created_at + waits

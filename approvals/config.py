@@ -85,6 +85,10 @@ class Settings:
     log_format: str = "text"
     #: Seconds a finished run's outcome stays in Redis for ``approvals.wait`` and ``result``.
     result_ttl: int = 7 * 24 * 3600
+    #: Write every run to llm's log database (``llm logs``), in the agent and the workers.
+    llm_log: bool = False
+    #: That database's path; None: llm's own ``logs.db`` in the process's ``LLM_USER_PATH``.
+    llm_log_db: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -98,6 +102,7 @@ class Settings:
         log_format = env.get("APPROVALS_LOG_FORMAT") or "text"
         if log_format not in ("text", "json"):
             raise ConfigError(f"APPROVALS_LOG_FORMAT must be text or json, got {log_format!r}")
+        llm_log, llm_log_db = _llm_log(env.get("APPROVALS_LLM_LOG"))
         return cls(
             redis_url=env.get("REDIS_URL") or DEFAULT_REDIS_URL,
             slack_bot_token=env.get("SLACK_BOT_TOKEN") or None,
@@ -120,6 +125,8 @@ class Settings:
             maintenance_interval=_int(env, "APPROVALS_MAINTENANCE_INTERVAL", 5),
             log_format=log_format,
             result_ttl=_int(env, "APPROVALS_RESULT_TTL", 7 * 24 * 3600),
+            llm_log=llm_log,
+            llm_log_db=llm_log_db,
         )
 
     def require(self, *names: str) -> None:
@@ -127,6 +134,16 @@ class Settings:
         for name in names:
             if not getattr(self, _ATTRIBUTE_OF[name]):
                 raise ConfigError(f"missing required setting {name}: {_WHY[name]}")
+
+
+def _llm_log(raw: str | None) -> tuple[bool, str | None]:
+    """``APPROVALS_LLM_LOG``: off, on (llm's own logs.db), or the path of a SQLite file."""
+    value = (raw or "").strip()
+    if value.lower() in ("", "0", "false", "no", "off"):
+        return False, None
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True, None
+    return True, value
 
 
 def _with_slash(url: str) -> str:

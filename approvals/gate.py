@@ -3,12 +3,17 @@
 A gated tool raises ``llm.PauseChain`` unless its call was released by a decision. Decisions
 are keyed by the call's ``tool_call_id`` (llm hands it to tools that declare ``llm_tool_call``),
 never by argument values, so an approval can only ever release the one call it was made for.
+
+``gate()`` does the same for code one cannot decorate: a plugin's tool, a third-party
+function, or chosen methods of an ``llm.Toolbox`` instance. Such a gate is recorded with the
+pause (``gate_to_dict``) so that the worker, which imports the original, can put it back.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -17,11 +22,19 @@ from typing import Any, TypeVar, overload
 
 import llm
 
-from approvals.models import OnReject, Policy
+from approvals.errors import CorruptRecord
+from approvals.models import OnReject, Policy, policy_from_dict, policy_to_dict
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 GATE_ATTRIBUTE = "__approval_gate__"
+
+#: Set on what ``gate()`` wrapped: the gate is not in the original's code, so the pause
+#: records it and the worker applies it again.
+APPLIED_ATTRIBUTE = "__approval_gate_applied__"
+
+#: On a toolbox instance ``gate()`` changed: method name → its gate.
+TOOLBOX_GATES_ATTRIBUTE = "__approval_gates__"
 
 #: Calls the running resume may complete: id → None (run the tool) or the reviewer's response
 #: (return it instead of running). llm runs sync tools in the caller's context.
@@ -97,34 +110,182 @@ def requires_approval(
         allow_self_approval: the person the agent acts for (``requested_by``) may decide.
         approvals_required: distinct approvals needed; one rejection still ends it.
     """
-    if approvals_required < 1:
-        raise ValueError("approvals_required must be at least 1")
-    if expires_in is not None and expires_in <= 0:
-        raise ValueError("expires_in must be a positive number of seconds")
-    approvers, approver_groups, editable = (
-        _names(approvers, "approvers"),
-        _names(approver_groups, "approver_groups"),
-        _names(editable, "editable"),
-    )
-    gate = Gate(
+    gate = _make_gate(
         channel=channel,
         summary=summary,
+        editable=editable,
+        reason_required=reason_required,
+        on_reject=on_reject,
         expires_in=expires_in,
-        policy=Policy(
-            approvers=approvers,
-            approver_groups=approver_groups,
-            allow_self_approval=allow_self_approval,
-            approvals_required=approvals_required,
-            editable=editable,
-            reason_required=reason_required,
-            on_reject=OnReject(on_reject),
-        ),
+        approvers=approvers,
+        approver_groups=approver_groups,
+        allow_self_approval=allow_self_approval,
+        approvals_required=approvals_required,
     )
 
     def decorate(func: F) -> F:
         return _gated(func, gate)
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _make_gate(
+    *,
+    channel: str | None,
+    summary: str | None,
+    editable: Iterable[str] | None,
+    reason_required: bool,
+    on_reject: str,
+    expires_in: float | None,
+    approvers: Iterable[str] | None,
+    approver_groups: Iterable[str] | None,
+    allow_self_approval: bool,
+    approvals_required: int,
+) -> Gate:
+    if approvals_required < 1:
+        raise ValueError("approvals_required must be at least 1")
+    if expires_in is not None and expires_in <= 0:
+        raise ValueError("expires_in must be a positive number of seconds")
+    return Gate(
+        channel=channel,
+        summary=summary,
+        expires_in=expires_in,
+        policy=Policy(
+            approvers=_names(approvers, "approvers"),
+            approver_groups=_names(approver_groups, "approver_groups"),
+            allow_self_approval=allow_self_approval,
+            approvals_required=approvals_required,
+            editable=_names(editable, "editable"),
+            reason_required=reason_required,
+            on_reject=OnReject(on_reject),
+        ),
+    )
+
+
+T = TypeVar("T")
+
+
+def gate(
+    target: T,
+    *,
+    methods: Iterable[str] | None = None,
+    channel: str | None = None,
+    summary: str | None = None,
+    editable: Iterable[str] | None = None,
+    reason_required: bool = False,
+    on_reject: str = "resume",
+    expires_in: float | None = None,
+    approvers: Iterable[str] | None = None,
+    approver_groups: Iterable[str] | None = None,
+    allow_self_approval: bool = False,
+    approvals_required: int = 1,
+) -> T:
+    """Gate a tool without editing its source; the options are ``requires_approval``'s.
+
+    ``target`` is a function (a third-party one, or a plugin's, e.g. from ``llm.get_tools()``),
+    an ``llm.Tool`` wrapping such a function, or an ``llm.Toolbox`` instance, with ``methods``
+    naming the methods that wait for a person (the others stay free). A function or tool
+    comes back gated; a toolbox is gated in place and returned. The worker imports the
+    original again by its own dotted path (its module must be in ``APPROVALS_TOOL_MODULES``)
+    and applies the same gate, recorded with the pause.
+    """
+    options = _make_gate(
+        channel=channel,
+        summary=summary,
+        editable=editable,
+        reason_required=reason_required,
+        on_reject=on_reject,
+        expires_in=expires_in,
+        approvers=approvers,
+        approver_groups=approver_groups,
+        allow_self_approval=allow_self_approval,
+        approvals_required=approvals_required,
+    )
+    if isinstance(target, llm.Toolbox):
+        if methods is None:
+            raise TypeError("gate(toolbox) needs methods=[...]: the methods that wait for a person")
+        gate_methods(target, _names(methods, "methods") or (), options)
+        return target
+    if methods is not None:
+        raise TypeError("methods= is for toolboxes; a function is gated as a whole")
+    function = tool_function(target)
+    if function is None:
+        raise TypeError(
+            f"cannot gate {target!r}: expected a function, an llm.Tool or an llm.Toolbox"
+        )
+    return apply_gate(function, options)  # type: ignore[return-value]
+
+
+def tool_function(target: Any) -> Callable[..., Any] | None:
+    """The plain function behind a tool: itself, or the implementation of an ``llm.Tool``
+    whose name is the function's own (the name the worker will find it by)."""
+    if isinstance(target, llm.Tool):
+        implementation = target.implementation
+        if implementation is None or getattr(implementation, "__name__", None) != target.name:
+            return None
+        return implementation
+    if inspect.isfunction(target):
+        return target
+    return None
+
+
+def apply_gate(function: Callable[..., Any], options: Gate) -> Callable[..., Any]:
+    """``function`` gated from outside its code: the pause records the gate."""
+    gated = _gated(function, options)
+    setattr(gated, APPLIED_ATTRIBUTE, True)
+    return gated
+
+
+def gate_methods(toolbox: llm.Toolbox, methods: Iterable[str], options: Gate) -> None:
+    """Gate these methods of one toolbox instance (its class is left alone)."""
+    gates: dict[str, Gate] = dict(getattr(toolbox, TOOLBOX_GATES_ATTRIBUTE, {}))
+    cls = type(toolbox)
+    for name in methods:
+        function = getattr(cls, name, None)
+        if name.startswith("_") or not inspect.isfunction(function):
+            raise TypeError(f"{cls.__name__} has no tool method {name!r}")
+        if gate_of(function) is None:  # a method gated in its own code keeps that gate
+            toolbox.__dict__[name] = types.MethodType(_gated(function, options), toolbox)
+            gates[name] = options
+    toolbox.__dict__[TOOLBOX_GATES_ATTRIBUTE] = gates
+
+
+def applied_gates(toolbox: llm.Toolbox) -> Mapping[str, Gate]:
+    """The methods ``gate()`` gated on this instance, and how."""
+    gates = getattr(toolbox, TOOLBOX_GATES_ATTRIBUTE, None)
+    return gates if isinstance(gates, dict) else {}
+
+
+def is_applied(tool: Any) -> bool:
+    """Whether this gated function was gated by ``gate()`` rather than in its own code."""
+    return getattr(tool, APPLIED_ATTRIBUTE, False) is True
+
+
+def gate_to_dict(options: Gate) -> dict[str, Any]:
+    """A gate as JSON-ready data, for a pause that must tell the worker how to gate again."""
+    return {
+        "channel": options.channel,
+        "summary": options.summary,
+        "expires_in": options.expires_in,
+        "policy": policy_to_dict(options.policy),
+    }
+
+
+def gate_from_dict(data: Mapping[str, Any]) -> Gate:
+    """The gate a pause recorded (``CorruptRecord`` when the data is not one)."""
+    channel, summary, expires_in = data.get("channel"), data.get("summary"), data.get("expires_in")
+    if not (
+        (channel is None or isinstance(channel, str))
+        and (summary is None or isinstance(summary, str))
+        and (expires_in is None or isinstance(expires_in, int | float))
+    ):
+        raise CorruptRecord("a recorded gate has fields of the wrong type")
+    return Gate(
+        channel=channel,
+        summary=summary,
+        expires_in=None if expires_in is None else float(expires_in),
+        policy=policy_from_dict(data.get("policy")),
+    )
 
 
 def _names(value: Iterable[str] | None, option: str) -> tuple[str, ...] | None:
@@ -173,24 +334,48 @@ def _gated(func: F, gate: Gate) -> F:
     signature = inspect.signature(func)
     wants_call = "llm_tool_call" in signature.parameters
 
-    @functools.wraps(func)
-    def gated(*args: Any, llm_tool_call: llm.ToolCall | None = None, **kwargs: Any) -> Any:
+    def release_of(llm_tool_call: llm.ToolCall | None) -> str | None:
+        """The reviewer's response to return instead of running (None: run the tool);
+        pauses the chain when no decision released this call."""
         call_id = llm_tool_call.tool_call_id if llm_tool_call is not None else None
         release = _released.get() or {}
         if call_id is None or call_id not in release:
             raise llm.PauseChain(f"{func.__name__} needs approval")
-        response = release[call_id]
-        if response is not None:
-            return response
-        if wants_call:
-            kwargs["llm_tool_call"] = llm_tool_call
-        return func(*args, **kwargs)
+        return release[call_id]
+
+    if inspect.iscoroutinefunction(func):
+        # llm awaits coroutine tools (and runs them concurrently in async chains): the gate
+        # must be a coroutine function too, or llm would take it for a sync tool.
+        @functools.wraps(func)
+        async def gated_async(
+            *args: Any, llm_tool_call: llm.ToolCall | None = None, **kwargs: Any
+        ) -> Any:
+            response = release_of(llm_tool_call)
+            if response is not None:
+                return response
+            if wants_call:
+                kwargs["llm_tool_call"] = llm_tool_call
+            return await func(*args, **kwargs)
+
+        gated: Any = gated_async
+    else:
+
+        @functools.wraps(func)
+        def gated_sync(*args: Any, llm_tool_call: llm.ToolCall | None = None, **kwargs: Any) -> Any:
+            response = release_of(llm_tool_call)
+            if response is not None:
+                return response
+            if wants_call:
+                kwargs["llm_tool_call"] = llm_tool_call
+            return func(*args, **kwargs)
+
+        gated = gated_sync
 
     if not wants_call:
         # llm passes the ToolCall only to tools whose signature declares it.
-        gated.__signature__ = _with_tool_call(signature)  # type: ignore[attr-defined]
+        gated.__signature__ = _with_tool_call(signature)
     setattr(gated, GATE_ATTRIBUTE, gate)
-    return gated  # type: ignore[return-value]
+    return gated  # type: ignore[no-any-return]
 
 
 def _with_tool_call(signature: inspect.Signature) -> inspect.Signature:

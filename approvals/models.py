@@ -122,11 +122,20 @@ class Policy:
 
 @dataclass(frozen=True)
 class ToolRef:
-    """How a worker finds a tool again: its llm name, import path and JSON schema."""
+    """How a worker finds a tool again: its llm name, import path and JSON schema.
+
+    A toolbox method's ``path`` names its ``llm.Toolbox`` class, ``method`` the method, and
+    ``config`` the constructor arguments llm recorded, from which the worker builds the
+    toolbox again. ``gate`` is a gate put on from outside the tool's code (``approvals.gate``),
+    which the worker applies again.
+    """
 
     name: str
     path: str
     schema: dict[str, Any]
+    method: str | None = None
+    config: dict[str, Any] | None = None
+    gate: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +205,10 @@ class Approval:
     run_id: str | None = None
     #: ``"module:function"`` the worker calls with the final ``Outcome`` when the run ends.
     on_finish: str | None = None
+    #: Paused by ``run_agent_async``: the worker resumes it with llm's async API.
+    asynchronous: bool = False
+    #: Write the run's turns to llm's log database as they happen (``APPROVALS_LLM_LOG``).
+    llm_log: bool = False
     status: Status = Status.PENDING
     card_ts: str | None = None
     decision: Decision | None = None
@@ -305,10 +318,7 @@ def approval_from_parts(
         tool_name=_get(record, "tool_name", str),
         tool_call_id=_get(record, "tool_call_id", str),
         arguments=_get(record, "arguments", dict),
-        tools=[
-            ToolRef(_get(t, "name", str), _get(t, "path", str), _get(t, "schema", dict))
-            for t in _get(record, "tools", list)
-        ],
+        tools=[_tool_ref(t) for t in _get(record, "tools", list)],
         channel=_get(record, "channel", str),
         system=_get(record, "system", str, optional=True),
         summary=_get(record, "summary", str, optional=True),
@@ -327,6 +337,8 @@ def approval_from_parts(
         llm_version=_get(record, "llm_version", str, optional=True) or "",
         run_id=_get(record, "run_id", str, optional=True),
         on_finish=_get(record, "on_finish", str, optional=True),
+        asynchronous=_get(record, "asynchronous", bool, optional=True) or False,
+        llm_log=_get(record, "llm_log", bool, optional=True) or False,
         status=_enum(Status, status),
         card_ts=card_ts if isinstance(card_ts, str) else None,
         decision=None if decision is None else _decision_from_dict(decision),
@@ -334,6 +346,17 @@ def approval_from_parts(
         votes=_strings(votes, "votes") if votes is not None else (),
         tool_started_at=_mark(marks, "tool_started"),
         tool_finished_at=_mark(marks, "tool_finished"),
+    )
+
+
+def _tool_ref(data: Any) -> ToolRef:
+    return ToolRef(
+        _get(data, "name", str),
+        _get(data, "path", str),
+        _get(data, "schema", dict),
+        method=_get(data, "method", str, optional=True),
+        config=_get(data, "config", dict, optional=True),
+        gate=_get(data, "gate", dict, optional=True),
     )
 
 
@@ -356,6 +379,18 @@ def _strings(value: Any, name: str) -> tuple[str, ...]:
 def _optional_strings(data: Any, name: str) -> tuple[str, ...] | None:
     value = _get(data, name, list, optional=True)
     return None if value is None else _strings(value, name)
+
+
+def policy_to_dict(policy: Policy) -> dict[str, Any]:
+    """A policy as JSON-ready data (``policy_from_dict`` reads it back)."""
+    data = asdict(policy)
+    data["on_reject"] = policy.on_reject.value
+    return data
+
+
+def policy_from_dict(data: Any) -> Policy:
+    """A ``Policy`` from its JSON form, every field checked (``CorruptRecord`` if not)."""
+    return _policy_from_dict(data)
 
 
 def _policy_from_dict(data: Any) -> Policy:

@@ -19,7 +19,9 @@ from approvals.errors import ConfigError, ResumeError
 _lock = threading.Lock()
 _plugins_loaded = False
 SyncModel = llm.Model | llm.KeyModel
+AsyncModel = llm.AsyncModel | llm.AsyncKeyModel
 _models: dict[str, SyncModel] = {}
+_async_models: dict[str, AsyncModel] = {}
 
 
 def load_plugins(settings: Settings) -> None:
@@ -42,15 +44,17 @@ def load_plugins(settings: Settings) -> None:
 
 
 def warm_models() -> int:
-    """Resolve every installed sync model and alias now, as ``resolve_model`` would later;
-    returns how many ids are cached. A forked work-horse then inherits them instead of
-    asking every plugin for its models again in every resume."""
+    """Resolve every installed model and alias now (sync and async), as ``resolve_model``
+    would later; returns how many ids are cached. A forked work-horse then inherits them
+    instead of asking every plugin for its models again in every resume."""
     with _lock:
         for model_with_aliases in llm.get_models_with_aliases():
-            model = model_with_aliases.model
-            for model_id in (model.model_id, *model_with_aliases.aliases):
-                _models.setdefault(model_id, model)
-        return len(_models)
+            ids = (model_with_aliases.model.model_id, *model_with_aliases.aliases)
+            for model_id in ids:
+                _models.setdefault(model_id, model_with_aliases.model)
+                if model_with_aliases.async_model is not None:
+                    _async_models.setdefault(model_id, model_with_aliases.async_model)
+        return len(_models) + len(_async_models)
 
 
 def resolve_model(model: SyncModel | str) -> SyncModel:
@@ -69,3 +73,21 @@ def resolve_model(model: SyncModel | str) -> SyncModel:
                     "APPROVALS_LLM_PLUGINS"
                 ) from None
         return _models[model]
+
+
+def resolve_async_model(model: AsyncModel | str) -> AsyncModel:
+    """The async model itself, or the async model registered under that id (cached)."""
+    if isinstance(model, llm.AsyncModel | llm.AsyncKeyModel):
+        return model
+    if not isinstance(model, str):
+        raise ConfigError(f"expected a model id or an async llm model, got {type(model).__name__}")
+    with _lock:
+        if model not in _async_models:
+            try:
+                _async_models[model] = llm.get_async_model(model)
+            except llm.UnknownModelError:
+                raise ResumeError(
+                    f"unknown async model {model!r}: install its llm plugin (with an async "
+                    "model) or list it in APPROVALS_LLM_PLUGINS"
+                ) from None
+        return _async_models[model]

@@ -19,9 +19,11 @@ PUBLIC = [
     "Settings",
     "Status",
     "UnknownApproval",
+    "gate",
     "idempotency_key",
     "requires_approval",
     "run_agent",
+    "run_agent_async",
     "wait",
 ]
 
