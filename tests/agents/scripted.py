@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import llm
@@ -26,7 +26,7 @@ MODEL_ID = "scripted"
 
 @llm.hookimpl
 def register_models(register: Any) -> None:
-    register(Scripted())
+    register(Scripted(), AsyncScripted())
 
 
 def script(*turns: dict[str, Any]) -> str:
@@ -61,6 +61,19 @@ def _results(messages: list[Message]) -> list[dict[str, str]]:
     ]
 
 
+def _play(prompt: Any, response: Any, api: str) -> str | None:
+    """Play the script's next turn: its tool calls go on the response, its text is returned."""
+    messages = list(prompt.messages)
+    turn_index = sum(1 for m in messages if m.role == "assistant")
+    turns = _user_script(messages)
+    _ledger(turn_index, messages, api)
+    turn = turns[turn_index] if turn_index < len(turns) else {"text": "(script ended)"}
+    for call in turn.get("tool_calls", []):
+        response.add_tool_call(llm.ToolCall(name=call["name"], arguments=call["arguments"]))
+    text = turn.get("text")
+    return text.replace("{results}", json.dumps(_results(messages))) if text else None
+
+
 class Scripted(llm.Model):
     model_id = MODEL_ID
     can_stream = False
@@ -69,22 +82,35 @@ class Scripted(llm.Model):
     def execute(
         self, prompt: Any, stream: bool, response: Any, conversation: Any = None
     ) -> Iterator[str]:
-        messages = list(prompt.messages)
-        turn_index = sum(1 for m in messages if m.role == "assistant")
-        turns = _user_script(messages)
-        _ledger(turn_index, messages)
-        turn = turns[turn_index] if turn_index < len(turns) else {"text": "(script ended)"}
-        for call in turn.get("tool_calls", []):
-            response.add_tool_call(llm.ToolCall(name=call["name"], arguments=call["arguments"]))
-        text = turn.get("text")
+        text = _play(prompt, response, "sync")
         if text:
-            yield text.replace("{results}", json.dumps(_results(messages)))
+            yield text
 
 
-def _ledger(turn: int, messages: list[Message]) -> None:
+class AsyncScripted(llm.AsyncModel):
+    """The same script through llm's async API (the ledger says which API played a turn)."""
+
+    model_id = MODEL_ID
+    can_stream = False
+    supports_tools = True
+
+    async def execute(
+        self, prompt: Any, stream: bool, response: Any, conversation: Any = None
+    ) -> AsyncIterator[str]:
+        text = _play(prompt, response, "async")
+        if text:
+            yield text
+
+
+def _ledger(turn: int, messages: list[Message], api: str) -> None:
     path = os.environ.get("SCRIPTED_LEDGER")
     if not path:
         return
-    entry = {"pid": os.getpid(), "turn": turn, "messages": [m.to_dict() for m in messages]}
+    entry = {
+        "pid": os.getpid(),
+        "turn": turn,
+        "api": api,
+        "messages": [m.to_dict() for m in messages],
+    }
     with open(path, "a", encoding="utf-8") as ledger:
         ledger.write(json.dumps(entry) + "\n")

@@ -104,3 +104,16 @@ def set_password(user: str, new_password: str, api_key: str = "") -> str:
     """Set a user's password (its secret arguments must never reach Slack)."""
     _record("set_password", user=user, new_password=new_password, api_key=api_key)
     return f"password of {user} changed"
+
+
+@requires_approval(summary="Publish {slug}")
+async def publish_post(slug: str) -> str:
+    """Publish a blog post (a coroutine tool: llm awaits it)."""
+    _record("publish_post", slug=slug, key=idempotency_key())
+    return f"published {slug}"
+
+
+async def fetch_page(url: str) -> str:
+    """Fetch a page (a free coroutine tool)."""
+    _record("fetch_page", url=url)
+    return f"<html>{url}</html>"

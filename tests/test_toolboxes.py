@@ -1,0 +1,153 @@
+"""Toolboxes and tools one cannot decorate, through the whole loop: a toolbox of our own with a
+gated method, the real ``SQLite`` toolbox of the ``llm-tools-sqlite`` plugin gated with
+``approvals.gate``, and a third-party function gated from outside its module."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+
+import llm
+import pytest
+
+from approvals import gate, run_agent, store
+from approvals.models import Status
+from tests.agents.gated import archive_bucket
+from tests.agents.scripted import calls, say, script
+from tests.agents.toolboxes import Notes
+from tests.e2e import (
+    card_of,
+    click,
+    model_calls,
+    submit_edit,
+    submit_reject,
+    tool_results_seen,
+    tool_runs,
+    wait_status,
+)
+
+PLUGIN_MODULES = "tests.agents,llm_tools_sqlite"
+
+
+def _approve(slack, services, approval_id):
+    status, _ = click(
+        slack, services.bot_url, "approve", approval_id, card_ts=card_of(slack, approval_id).ts
+    )
+    assert status == 200
+
+
+def _notes(tmp_path):
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "old.txt").write_text("stale")
+    (root / "keep.txt").write_text("keep")
+    return Notes(str(root), owner="ops")
+
+
+def test_a_gated_toolbox_method_runs_in_the_worker_on_a_toolbox_built_from_its_config(
+    services, slack, env, conn, tmp_path
+):
+    notes = _notes(tmp_path)
+    prompt = script(
+        calls(("Notes_list_notes", {}), ("Notes_delete_note", {"name": "old.txt"})),
+        say("Left: {results}"),
+    )
+    outcome = run_agent("scripted", prompt, tools=[notes])
+    assert outcome.status == "paused"
+    approval = store.load(conn, outcome.pause_id)
+    assert approval.tool_name == "Notes_delete_note" and approval.summary == "Delete note old.txt"
+    ref = approval.tool
+    assert ref.path == "tests.agents.toolboxes:Notes" and ref.method == "delete_note"
+    assert ref.config == {"root": notes.root, "owner": "ops"}  # what llm recorded, as JSON
+    assert (tmp_path / "notes" / "old.txt").exists()  # nothing deleted before the click
+
+    _approve(slack, services, outcome.pause_id)
+    wait_status(conn, outcome.pause_id, Status.COMPLETED)
+    (deleted,) = tool_runs(env, "Notes.delete_note")
+    assert deleted["pid"] != os.getpid()  # in the worker, on a toolbox it built
+    assert deleted["arguments"]["root"] == notes.root and deleted["arguments"]["owner"] == "ops"
+    assert deleted["arguments"]["key"] == outcome.pause_id
+    assert not (tmp_path / "notes" / "old.txt").exists()
+    assert len(tool_runs(env, "Notes.list_notes")) == 1  # the free sibling ran once, here
+    seen = dict(tool_results_seen(model_calls(env)[-1]))
+    assert seen["Notes_delete_note"] == "deleted old.txt"
+
+
+def test_rejecting_a_toolbox_call_leaves_the_file_and_tells_the_model(
+    services, slack, env, conn, tmp_path
+):
+    notes = _notes(tmp_path)
+    prompt = script(calls(("Notes_delete_note", {"name": "keep.txt"})), say("{results}"))
+    outcome = run_agent("scripted", prompt, tools=[notes])
+    card_of(slack, outcome.pause_id)
+    assert submit_reject(services.bot_url, outcome.pause_id, "we keep that one")[0] == 200
+    wait_status(conn, outcome.pause_id, Status.COMPLETED)
+    assert (tmp_path / "notes" / "keep.txt").exists()
+    assert tool_runs(env, "Notes.delete_note") == []
+    seen = dict(tool_results_seen(model_calls(env)[-1]))
+    assert seen["Notes_delete_note"].startswith("Cancelled: rejected by")
+
+
+def _database(tmp_path) -> str:
+    path = str(tmp_path / "shop.db")
+    db = sqlite3.connect(path)
+    db.execute("create table orders (id integer, total integer)")
+    db.executemany("insert into orders values (?, ?)", [(1, 30), (2, 12)])
+    db.commit()
+    db.close()
+    return path
+
+
+@pytest.mark.service_env(APPROVALS_TOOL_MODULES=PLUGIN_MODULES)
+def test_the_sqlite_plugin_toolbox_gated_with_gate_waits_only_for_the_chosen_method(
+    services, slack, env, conn, tmp_path, monkeypatch
+):
+    """``gate(SQLite(path), methods=["query"])``: ``schema`` stays free, ``query`` waits; the
+    worker builds ``SQLite(path)`` again from llm's record and puts the same gate back."""
+    monkeypatch.setenv("APPROVALS_TOOL_MODULES", PLUGIN_MODULES)
+    sqlite_toolbox = llm.get_tools()["SQLite"]  # the plugin's class, as llm lists it
+    toolbox = gate(sqlite_toolbox(_database(tmp_path)), methods=["query"], summary="SQL: {sql}")
+    prompt = script(
+        calls(
+            ("SQLite_schema", {}), ("SQLite_query", {"sql": "select sum(total) as s from orders"})
+        ),
+        calls(("SQLite_query", {"sql": "select count(*) as n from orders"})),
+        say("{results}"),
+    )
+    outcome = run_agent("scripted", prompt, tools=[toolbox])
+    assert outcome.status == "paused"
+    first = store.load(conn, outcome.pause_id)
+    assert first.tool_name == "SQLite_query" and first.summary.startswith("SQL: select sum")
+    assert first.tool.gate is not None and first.tool.path == "llm_tools_sqlite:SQLite"
+    assert [s.name for s in first.siblings] == ["SQLite_schema"]  # ran at once, not gated
+
+    _approve(slack, services, outcome.pause_id)
+    # The rebuilt toolbox is gated again: the next query pauses in the worker.
+    second_id = wait_status(conn, outcome.pause_id, Status.PAUSED).result.next_approval_id
+    second = store.load(conn, second_id)
+    assert second.tool_name == "SQLite_query" and second.arguments == {
+        "sql": "select count(*) as n from orders"
+    }
+    _approve(slack, services, second_id)
+    wait_status(conn, second_id, Status.COMPLETED)
+    seen = tool_results_seen(model_calls(env)[-1])
+    queries = [json.loads(output) for name, output in seen if name == "SQLite_query"]
+    assert queries == [[{"s": 42}], [{"n": 2}]]
+
+
+def test_a_third_party_function_gated_from_outside_is_found_again_by_its_own_path(
+    services, slack, env, conn
+):
+    prompt = script(calls(("archive_bucket", {"bucket": "logs", "days": 7})), say("{results}"))
+    outcome = run_agent("scripted", prompt, tools=[archive_bucket])
+    approval = store.load(conn, outcome.pause_id)
+    assert approval.tool.path == "tests.agents.vendor:archive_bucket"  # the original
+    assert approval.summary == "Archive logs" and approval.editable == ["days"]
+    assert tool_runs(env) == []
+
+    card_of(slack, outcome.pause_id)
+    assert submit_edit(services.bot_url, outcome.pause_id, {"days": "90"})[0] == 200
+    wait_status(conn, outcome.pause_id, Status.COMPLETED)
+    (ran,) = tool_runs(env, "archive_bucket")
+    assert ran["arguments"] == {"bucket": "logs", "days": 90} and ran["pid"] != os.getpid()
