@@ -385,6 +385,9 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
     """A policy as JSON-ready data (``policy_from_dict`` reads it back)."""
     data = asdict(policy)
     data["on_reject"] = policy.on_reject.value
+    for name in ("approvers", "approver_groups", "editable"):
+        if data[name] is not None:
+            data[name] = list(data[name])
     return data
 
 

@@ -335,3 +335,41 @@ def test_an_echo_chain_pauses_at_the_gated_call():
     assert pause.tool_call.arguments == {"path": "build/app.o"}
     assert pause.tool_call.tool_call_id
     assert [(r.name, r.output) for r in pause.tool_results] == [("look", "looked at build/app.o")]
+
+
+def test_gate_refuses_what_it_cannot_gate():
+    from approvals import gate
+    from tests.agents.toolboxes import Notes
+
+    with pytest.raises(TypeError, match="needs methods"):
+        gate(Notes("/tmp"))
+    with pytest.raises(TypeError, match="no tool method"):
+        gate(Notes("/tmp"), methods=["no_such"])
+    with pytest.raises(TypeError, match="methods= is for toolboxes"):
+        gate(remove.__wrapped__, methods=["x"])
+    with pytest.raises(TypeError, match="cannot gate"):
+        gate("rm -rf /")
+    with pytest.raises(TypeError, match="list of names"):
+        gate(Notes("/tmp"), methods="write_note")
+
+
+def test_gate_on_a_toolbox_gates_only_the_chosen_methods_of_that_instance():
+    from approvals import gate
+    from tests.agents.toolboxes import Notes
+
+    gated, free = gate(Notes("/tmp"), methods=["write_note"]), Notes("/tmp")
+    tools = {t.name: t for t in gated.tools()}
+    assert gate_of(tools["Notes_write_note"].implementation) is not None
+    assert gate_of(tools["Notes_list_notes"].implementation) is None
+    assert gate_of(tools["Notes_delete_note"].implementation) is not None  # its own decorator
+    assert gate_of({t.name: t for t in free.tools()}["Notes_write_note"].implementation) is None
+    # llm still sees the method's own schema, without self or llm_tool_call.
+    assert set(tools["Notes_write_note"].input_schema["properties"]) == {"name", "text"}
+
+
+def test_a_gated_coroutine_stays_a_coroutine_function():
+    import inspect
+
+    from tests.agents.tools import publish_post
+
+    assert inspect.iscoroutinefunction(publish_post)

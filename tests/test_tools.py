@@ -192,3 +192,101 @@ def test_an_allowed_module_cannot_lead_to_functions_of_other_modules(qualname, t
     ref = ToolRef("delete_path", f"tests.agents.tools:{qualname}", schema)
     with pytest.raises(ResumeError):
         import_tools([ref], ALLOWED)
+
+
+# --- toolboxes and tools gated from outside ----------------------------------------------------
+
+NOTES_ALLOWED = ["tests.agents"]
+
+
+class Opaque(llm.Toolbox):
+    """A toolbox whose constructor takes something that is not JSON."""
+
+    def __init__(self, handle: object) -> None:
+        self.handle = handle
+
+    def peek(self) -> str:
+        """Peek."""
+        return "peeked"
+
+
+def test_a_toolbox_comes_back_as_one_instance_built_from_its_config(tmp_path):
+    from tests.agents.toolboxes import Notes
+
+    refs = tool_refs([list_files, Notes(str(tmp_path), owner="ops")])
+    assert [r.name for r in refs] == [
+        "list_files",
+        "Notes_delete_note",
+        "Notes_list_notes",
+        "Notes_write_note",
+    ]
+    imported = import_tools(refs, NOTES_ALLOWED)
+    assert imported[0] is list_files and len(imported) == 2
+    rebuilt = imported[1]
+    assert isinstance(rebuilt, Notes) and (rebuilt.root, rebuilt.owner) == (str(tmp_path), "ops")
+
+
+def test_a_toolbox_whose_config_is_not_json_is_refused_before_the_run():
+    with pytest.raises(GateError, match="must be JSON values"):
+        tool_refs([Opaque(object())])
+
+
+def test_a_toolbox_class_instead_of_an_instance_is_refused():
+    from approvals.tools import agent_tools
+    from tests.agents.toolboxes import Notes
+
+    with pytest.raises(GateError, match="toolbox class"):
+        agent_tools([Notes])
+
+
+def test_a_record_naming_a_class_that_is_not_a_toolbox_is_refused(tmp_path):
+    from tests.agents.toolboxes import Notes
+
+    ref = tool_refs([Notes(str(tmp_path))])[0]
+    forged = replace(ref, path="tests.agents.scripted:Scripted")
+    with pytest.raises(ResumeError, match=r"not an llm\.Toolbox"):
+        import_tools([forged], NOTES_ALLOWED)
+
+
+def test_a_toolbox_method_whose_schema_changed_is_refused(tmp_path):
+    from tests.agents.toolboxes import Notes
+
+    ref = tool_refs([Notes(str(tmp_path))])[0]
+    changed = replace(ref, schema={"type": "object", "properties": {"path": {"type": "string"}}})
+    with pytest.raises(ResumeError, match="changed its arguments"):
+        import_tools([changed], NOTES_ALLOWED)
+
+
+def test_a_toolbox_whose_constructor_fails_on_the_recorded_config_is_a_resume_error(tmp_path):
+    from tests.agents.toolboxes import Notes
+
+    ref = tool_refs([Notes(str(tmp_path))])[0]
+    with pytest.raises(ResumeError, match="cannot build toolbox"):
+        import_tools([replace(ref, config={"no_such_argument": 1})], NOTES_ALLOWED)
+
+
+def test_the_gate_of_a_function_gated_from_outside_is_recorded_and_put_back():
+    from approvals.gate import gate_of
+    from tests.agents import vendor
+    from tests.agents.gated import archive_bucket
+
+    (ref,) = tool_refs([archive_bucket])
+    assert ref.path == "tests.agents.vendor:archive_bucket" and ref.gate is not None
+    (imported,) = import_tools([ref], ALLOWED)
+    assert imported is not vendor.archive_bucket  # the original, gated again
+    assert gate_of(imported) == gate_of(archive_bucket)
+    # A recorded gate that is not one fails the resume (Redis is a trust boundary).
+    with pytest.raises(ResumeError, match="wrong type"):
+        import_tools([replace(ref, gate={"summary": 3, "policy": {}})], ALLOWED)
+
+
+def test_a_plugin_tool_from_llm_get_tools_is_found_by_its_function():
+    from approvals.tools import agent_tools
+
+    tool = llm.get_tools()["llm_time"]
+    (found,) = agent_tools([tool])
+    (ref,) = tool_refs([found])
+    assert ref.name == "llm_time" and ref.path.endswith(":llm_time")
+    renamed = llm.Tool.function(ping, name="ping_host")
+    with pytest.raises(GateError, match="name is its function's name"):
+        agent_tools([renamed])
