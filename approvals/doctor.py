@@ -12,6 +12,8 @@ are counted without their usual clean-up).
 - ``workers``: RQ workers listening on the queue.
 - ``scheduler``: whether a worker's RQ scheduler holds the queue's lock; without one, Slack
   retries never fire.
+- ``models``: every model a pending approval will resume on resolves here (run the doctor
+  in the workers' environment) and supports conversations, which a resume needs.
 - ``slack``: ``auth.test`` with ``SLACK_BOT_TOKEN``.
 - ``scopes``: the token's scopes, from the ``X-OAuth-Scopes`` header of ``auth.test``.
 - ``channel``: ``APPROVALS_CHANNEL`` is set and Slack knows it.
@@ -37,9 +39,9 @@ from rq.serializers import JSONSerializer
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web import SlackResponse
 
-from approvals import deadlines, queue, slack, store
+from approvals import deadlines, plugins, queue, slack, store
 from approvals.config import Settings
-from approvals.errors import ConfigError
+from approvals.errors import ConfigError, ResumeError
 
 MIN_REDIS_VERSION = (5, 0, 0)
 #: Scopes every installation needs: posting cards, and ``/agent-pending``.
@@ -84,6 +86,7 @@ def _redis_checks(settings: Settings) -> list[Check]:
             ("queue", lambda: check_queue(conn, settings)),
             ("workers", lambda: check_workers(conn, settings)),
             ("scheduler", lambda: check_scheduler(conn, settings)),
+            ("models", lambda: check_models(conn, settings)),
         ]
         if first.level is Level.FAIL:
             return [first, *(_not_checked(name, "Redis") for name, _ in later)]
@@ -266,6 +269,41 @@ def check_scheduler(conn: redis.Redis, settings: Settings) -> Check:
         else ""
     )
     return Check("scheduler", Level.OK, f"RQ scheduler {name}{where} holds {key}")
+
+
+def check_models(conn: redis.Redis, settings: Settings) -> Check:
+    """The models pending approvals resume on resolve in this environment and keep a
+    conversation (llm raises ``ConversationNotSupported`` for a history with tool calls)."""
+    waiting = store.pending_models(conn)
+    if not waiting:
+        return Check("models", Level.OK, "no pending approval waits on a model")
+    try:
+        plugins.load_plugins(settings)
+    except ConfigError as exc:
+        return Check("models", Level.FAIL, str(exc))
+    problems = []
+    for (model_id, asynchronous), count in sorted(waiting.items()):
+        kind = "async model" if asynchronous else "model"
+        try:
+            model: Any = (
+                plugins.resolve_async_model(model_id)
+                if asynchronous
+                else plugins.resolve_model(model_id)
+            )
+        except ResumeError:
+            problems.append(f"{kind} {model_id!r} ({count} waiting) is not installed here")
+            continue
+        if not getattr(model, "supports_conversation", True):
+            problems.append(f"{kind} {model_id!r} ({count} waiting) cannot continue a conversation")
+    if problems:
+        return Check(
+            "models",
+            Level.FAIL,
+            "; ".join(problems) + ": their resumes will fail once decided (install the model's "
+            "llm plugin in the workers' environment, or list it in APPROVALS_LLM_PLUGINS)",
+        )
+    names = ", ".join(f"{m}{' (async)' if a else ''}" for m, a in sorted(waiting))
+    return Check("models", Level.OK, f"pending approvals resume on {names}: all found here")
 
 
 # ---------------------------------------------------------------------------------- Slack

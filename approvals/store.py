@@ -510,6 +510,37 @@ def _load_many(conn: redis.Redis, ids: list[str]) -> list[Approval]:
     return found
 
 
+def pending_models(conn: redis.Redis, batch: int = 500) -> dict[tuple[str, bool], int]:
+    """How many pending approvals resume on each (model id, async) pair.
+
+    Reads only each record's model fields, in batches: a doctor must answer with a hundred
+    thousand approvals waiting.
+    """
+    counts: dict[tuple[str, bool], int] = {}
+    ids: list[str] = []
+
+    def count(chunk: list[str]) -> None:
+        pipe = conn.pipeline(transaction=False)
+        for approval_id in chunk:
+            pipe.hget(approval_key(approval_id), "record")
+        for raw in pipe.execute():
+            try:
+                record: Any = json.loads(raw) if raw else {}
+                key = (str(record["model_id"]), record.get("asynchronous") is True)
+            except (ValueError, TypeError, KeyError, AttributeError):
+                continue  # a corrupt record is reported where it is loaded
+            counts[key] = counts.get(key, 0) + 1
+
+    for member, _ in conn.zscan_iter(PENDING_KEY, count=batch):
+        ids.append(_text(member))
+        if len(ids) >= batch:
+            count(ids)
+            ids = []
+    if ids:
+        count(ids)
+    return counts
+
+
 def pending(conn: redis.Redis, limit: int = 100) -> list[Approval]:
     """Pending approvals, newest first."""
     ids = [_text(i) for i in cast(list[bytes], conn.zrevrange(PENDING_KEY, 0, limit - 1))]

@@ -348,7 +348,17 @@ def test_text_output_is_one_line_per_check_and_warnings_exit_2(env, slack):
     code, output = run_doctor()
     assert code == 2
     lines = output.splitlines()
-    names = ["redis", "persistence", "queue", "workers", "scheduler", "slack", "scopes", "channel"]
+    names = [
+        "redis",
+        "persistence",
+        "queue",
+        "workers",
+        "scheduler",
+        "models",
+        "slack",
+        "scopes",
+        "channel",
+    ]
     assert [line.split()[1] for line in lines] == names
     assert {line.split()[0] for line in lines} == {"ok", "warn"}
 
@@ -411,3 +421,39 @@ def test_the_aof_fixture_really_has_aof_on(aof_redis):
     """Guard for the fixture: the second server runs with appendonly yes."""
     conn = redis.Redis.from_url(aof_redis.new_db())
     assert conn.config_get("appendonly") == {"appendonly": "yes"}
+
+
+# ---------------------------------------------------------------------------------- models
+
+
+def test_models_of_pending_approvals_are_found_and_counted(env, conn):
+    """Real pauses, sync and async, on the scripted model: both resolve here."""
+    import asyncio
+
+    from approvals import run_agent, run_agent_async
+    from tests.agents.scripted import calls, script
+    from tests.agents.tools import delete_path, publish_post
+
+    assert doctor.check_models(conn, Settings.from_env()).message.startswith("no pending")
+    run_agent("scripted", script(calls(("delete_path", {"path": "a"}))), tools=[delete_path])
+    asyncio.run(
+        run_agent_async(
+            "scripted", script(calls(("publish_post", {"slug": "b"}))), tools=[publish_post]
+        )
+    )
+    check = doctor.check_models(conn, Settings.from_env())
+    assert check.level is Level.OK
+    assert "scripted, scripted (async)" in check.message
+
+
+def test_a_model_missing_here_or_without_conversations_fails(env, conn):
+    from tests.factories import make_approval
+
+    store.create(conn, make_approval(id="m1", model_id="gpt-nowhere"), []).execute()
+    store.create(conn, make_approval(id="m2", model_id="gpt-nowhere"), []).execute()
+    store.create(conn, make_approval(id="m3", model_id="forgetful"), []).execute()
+    check = doctor.check_models(conn, Settings.from_env())
+    assert check.level is Level.FAIL
+    assert "model 'gpt-nowhere' (2 waiting) is not installed here" in check.message
+    assert "model 'forgetful' (1 waiting) cannot continue a conversation" in check.message
+    assert "APPROVALS_LLM_PLUGINS" in check.message

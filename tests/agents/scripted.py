@@ -27,6 +27,7 @@ MODEL_ID = "scripted"
 @llm.hookimpl
 def register_models(register: Any) -> None:
     register(Scripted(), AsyncScripted())
+    register(Forgetful())
 
 
 def script(*turns: dict[str, Any]) -> str:
@@ -114,3 +115,17 @@ def _ledger(turn: int, messages: list[Message], api: str) -> None:
     }
     with open(path, "a", encoding="utf-8") as ledger:
         ledger.write(json.dumps(entry) + "\n")
+
+
+class Forgetful(llm.Model):
+    """A model that cannot continue a conversation (llm refuses it a history): a paused run
+    on it could never resume, which ``approvals doctor`` must say."""
+
+    model_id = "forgetful"
+    supports_tools = True
+    supports_conversation = False
+
+    def execute(
+        self, prompt: Any, stream: bool, response: Any, conversation: Any = None
+    ) -> Iterator[str]:
+        yield "?"
