@@ -28,3 +28,15 @@ def flaky_note(outcome: Any, idempotency_key: str) -> None:
         _record("on_finish_failed", outcome, idempotency_key)
         raise RuntimeError("the downstream service is down (first attempt)")
     _record("on_finish", outcome, idempotency_key)
+
+
+def held_note(outcome: Any, idempotency_key: str) -> None:
+    """Write down that it started, block while the file named by HOLD_FILE exists (so a test
+    can kill the worker inside it), then write down the outcome."""
+    import time
+
+    _record("on_finish_started", outcome, idempotency_key)
+    hold = os.environ.get("HOLD_FILE")
+    while hold and os.path.exists(hold):
+        time.sleep(0.02)
+    _record("on_finish", outcome, idempotency_key)
