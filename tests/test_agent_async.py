@@ -160,3 +160,21 @@ def test_wait_true_returns_the_final_outcome_of_an_async_run(services, slack, en
     thread.join(30)
     assert outcome.status == "completed" and "published q4" in outcome.text
     assert ticks > 0  # the loop ran other tasks during the wait
+
+
+def test_an_async_resume_never_starts_a_tool_an_earlier_attempt_started(env, conn):
+    """The at-most-once mark holds on llm's async API: a second attempt refuses to run it."""
+    import pytest
+
+    from approvals import agent, review
+    from approvals.config import Settings
+    from approvals.errors import ToolAlreadyStarted
+
+    settings = Settings.from_env()
+    outcome = _pause()
+    decided = review.decide(conn, settings, outcome.pause_id, DecisionKind.APPROVE, "UALICE")
+    assert store.mark_tool_started(conn, outcome.pause_id)  # an attempt that died in the tool
+    with pytest.raises(ToolAlreadyStarted):
+        agent.resume(conn, settings, store.load(conn, decided.id))
+    assert tool_runs(env, "publish_post") == []
+    assert [c["api"] for c in model_calls(env)] == ["async"]  # and no model call either
