@@ -103,11 +103,24 @@ def bot_run(
 @click.option("--burst", is_flag=True, help="Stop when the queue is empty.")
 @click.option("--name", default=None, help="Worker name (default: RQ's).")
 @_processes_option("Run this many workers and restart any that dies.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics at /metrics on this port (0 picks a free one); one "
+    "server for all --processes, since every number is read from Redis.",
+)
 @pass_settings
-def worker_run(settings: Settings, burst: bool, name: str | None, processes: int) -> None:
+def worker_run(
+    settings: Settings, burst: bool, name: str | None, processes: int, metrics_port: int | None
+) -> None:
     """Run an RQ worker that posts cards and resumes decided approvals."""
+    from approvals import metrics
     from worker.main import run_pool, run_worker
 
+    if metrics_port is not None:
+        port = metrics.serve(settings, metrics_port)
+        click.echo(f"approvals worker metrics at http://0.0.0.0:{port}/metrics")
     if processes > 1:
         run_pool(settings, processes)
     else:

@@ -420,20 +420,20 @@ def mark_tool_started(conn: redis.Redis, approval_id: str) -> bool:
     The time from the decision to this moment goes to the ``tool_start_seconds`` histogram in
     the same step, so measuring it costs the tool's start no round trip.
     """
-    args = [repr(time.time()), *map(_bound, HISTOGRAM_BUCKETS["tool_start_seconds"])]
+    args = [repr(time.time()), *map(bucket_name, HISTOGRAM_BUCKETS["tool_start_seconds"])]
     keys = [approval_key(approval_id), METRICS_KEY]
     return bool(eval_script(conn, _TOOL_STARTED_LUA, keys, args))
 
 
-def _bound(value: float) -> str:
-    """A bucket bound as its field names spell it (``0.005``, ``60``)."""
-    return f"{value:g}"
+def bucket_name(value: float) -> str:
+    """A bucket bound as its field names spell it (``0.005``, ``60``, ``+Inf``)."""
+    return "+Inf" if value == float("inf") else f"{value:g}"
 
 
 def observe(target: Any, name: str, value: float) -> None:
     """Add ``value`` to the histogram ``name`` (``target``: a client or a pipeline)."""
     bounds = HISTOGRAM_BUCKETS[name]
-    bucket = next((_bound(b) for b in bounds if value <= b), "+Inf")
+    bucket = next((bucket_name(b) for b in bounds if value <= b), "+Inf")
     target.hincrby(METRICS_KEY, f"{name}:le:{bucket}", 1)
     target.hincrbyfloat(METRICS_KEY, f"{name}:sum", value)
     target.hincrby(METRICS_KEY, f"{name}:count", 1)
