@@ -257,6 +257,22 @@ def _since(text: str, now: float) -> float:
     return moment.timestamp()
 
 
+@cli.group(name="retention")
+def retention_group() -> None:
+    """How long finished approvals stay in Redis (see docs/operations.md)."""
+
+
+@retention_group.command(name="backfill")
+@pass_settings
+def retention_backfill(settings: Settings) -> None:
+    """Note the finished approvals an older version left in Redis, so workers remove them
+    when due. Run it once after upgrading; running it again changes nothing."""
+    from approvals import retention
+
+    noted = retention.backfill(store.connect(settings))
+    click.echo(f"{noted} finished approvals noted; workers remove them when due")
+
+
 @cli.group(name="archive")
 def archive_group() -> None:
     """The archive of finished approvals (APPROVALS_ARCHIVE_URL)."""

@@ -138,3 +138,17 @@ def archive_runs(conn: redis.Redis, target: archive.Archive | None) -> int:
         target.save_runs(kept)
     store.forget_ended(conn, [run_id for run_id, _, _ in ended])
     return len(ended) if target is not None else 0
+
+
+def backfill(conn: redis.Redis) -> int:
+    """Note the finished approvals that a version without retention left in Redis, so the
+    sweep removes them when due (by when they finished, as their records tell); returns how
+    many. Safe to run again, and beside running workers."""
+    noted = 0
+    batch: list[str] = []
+    for approval_id in store.approval_ids(conn):
+        batch.append(approval_id)
+        if len(batch) == BATCH:
+            noted += store.note_finished(conn, batch)
+            batch = []
+    return noted + store.note_finished(conn, batch)

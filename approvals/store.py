@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -890,6 +890,56 @@ def forget_histories(conn: redis.Redis, ids: list[str]) -> int:
     for approval_id in ids:
         keys += [approval_key(approval_id), history_key(approval_id)]
     return int(eval_script(conn, _FORGET_HISTORIES_LUA, keys, ids))
+
+
+# KEYS: finished zset, finished-history zset, then each id's approval hash and history.
+# ARGV: the ids. Notes every finished approval not noted yet (one written before retention
+# existed), by when it finished as far as its record tells: the tool's end, else the
+# decision, else the pause. Returns how many it noted.
+_NOTE_FINISHED_LUA = (
+    FINISHED_LUA
+    + """
+local function field_number(hash, name, inner)
+  local raw = redis.call('HGET', hash, name)
+  if not raw then return nil end
+  if not inner then return tonumber(raw) end
+  local ok, value = pcall(cjson.decode, raw)
+  if ok and type(value) == 'table' then return tonumber(value[inner]) end
+  return nil
+end
+local noted = 0
+for i, id in ipairs(ARGV) do
+  local hash, history = KEYS[1 + 2 * i], KEYS[2 + 2 * i]
+  local status = redis.call('HGET', hash, 'status')
+  if status and finished(hash, status) and not redis.call('ZSCORE', KEYS[1], id) then
+    local at = field_number(hash, 'tool_finished') or field_number(hash, 'decision', 'at')
+      or field_number(hash, 'record', 'created_at') or 0
+    redis.call('ZADD', KEYS[1], at, id)
+    if redis.call('EXISTS', history) == 1 then redis.call('ZADD', KEYS[2], at, id) end
+    noted = noted + 1
+  end
+end
+return noted
+"""
+)
+
+
+def note_finished(conn: redis.Redis, ids: list[str]) -> int:
+    """Add these approvals to the retention indexes if they are finished and not there yet
+    (written by a version without retention); returns how many were added."""
+    if not ids:
+        return 0
+    keys = [FINISHED_KEY, FINISHED_HISTORY_KEY]
+    for approval_id in ids:
+        keys += [approval_key(approval_id), history_key(approval_id)]
+    return int(eval_script(conn, _NOTE_FINISHED_LUA, keys, ids))
+
+
+def approval_ids(conn: redis.Redis) -> Iterator[str]:
+    """Every approval id in Redis: a SCAN, so Redis keeps answering others meanwhile."""
+    prefix = approval_key("")
+    for key in conn.scan_iter(match=prefix + "*", count=1000):
+        yield _text(key)[len(prefix) :]
 
 
 @dataclass(frozen=True)

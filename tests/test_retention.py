@@ -197,3 +197,20 @@ def test_one_worker_sweeps_at_a_time(env, conn):
     assert store.take_retention_lock(conn, "someone-else", 60)
     assert retention.sweep(conn, settings, now=time.time() + 31 * DAY).nothing
     assert held(conn, "done3") == {"record", "history", "audit"}
+
+
+def test_backfill_notes_what_an_older_version_left_and_only_that(env, conn):
+    """Finished approvals written before retention existed are noted by when they finished;
+    waiting ones are not; running it twice notes nothing more."""
+    settings = Settings.from_env()
+    pause(conn, "legacy1")
+    finish(conn, "legacy1")
+    pause(conn, "legacy-waiting")
+    conn.delete(store.FINISHED_KEY, store.FINISHED_HISTORY_KEY)  # as an older version left it
+
+    assert retention.backfill(conn) == 1
+    assert retention.backfill(conn) == 0
+    assert conn.zrange(store.FINISHED_KEY, 0, -1) == [b"legacy1"]
+    retention.sweep(conn, settings, now=time.time() + 31 * DAY)
+    assert held(conn, "legacy1") == set()
+    assert held(conn, "legacy-waiting") == {"record", "history", "audit"}
