@@ -18,6 +18,8 @@ from approvals.errors import UnknownApproval
 from approvals.models import Approval
 
 AuditEvent = dict[str, str]
+#: Audit trails read from Redis per round trip.
+_BATCH = 500
 
 
 def _archive(settings: Settings) -> archive.Archive | None:
@@ -63,15 +65,12 @@ def audit_events(
     """(approval id, event) of every audit event at or after ``since``, oldest first, from
     Redis and the archive (an approval in both is read from Redis)."""
     in_redis = store.audit_ids(conn)
-    recent = sorted(
-        (
-            (approval_id, event)
-            for approval_id in in_redis
-            for event in store.audit_trail(conn, approval_id)
-            if _at(event) >= since
-        ),
-        key=lambda found: _at(found[1]),
-    )
+    recent: list[tuple[str, AuditEvent]] = []
+    for start in range(0, len(in_redis), _BATCH):
+        ids = in_redis[start : start + _BATCH]
+        for approval_id, trail in zip(ids, store.audit_trails(conn, ids), strict=True):
+            recent += [(approval_id, event) for event in trail if _at(event) >= since]
+    recent.sort(key=lambda found: _at(found[1]))
     stored = _archive(settings)
     if stored is None:
         yield from recent

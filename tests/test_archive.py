@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
 from click.testing import CliRunner
 
 from approvals import archive
 from approvals.cli import cli
 from approvals.errors import ArchiveError
+from tests.archives import archive_url, postgres_server  # noqa: F401 - fixtures
 
 
 def test_upgrade_creates_the_tables_once(tmp_path, monkeypatch):
@@ -41,3 +44,14 @@ def test_upgrade_needs_an_archive_url(monkeypatch):
 def test_postgresql_urls_use_psycopg_3():
     assert archive.engine_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
     assert archive.engine_url("sqlite:///x.db") == "sqlite:///x.db"
+
+
+def test_the_migrations_make_exactly_the_tables_the_code_uses(archive_url):  # noqa: F811
+    """The archive's tables as the migrations made them match ``archive.METADATA``."""
+    engine = sa.create_engine(archive.engine_url(archive_url))
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(connection)
+            assert compare_metadata(context, archive.METADATA) == []
+    finally:
+        engine.dispose()
