@@ -6,6 +6,7 @@ same function the Slack buttons use.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import getpass
 import json
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from approvals import outcomes, queue, store
+from approvals import lookup, queue, store
 from approvals.cards import decision_line
 from approvals.config import Settings
 from approvals.dev.cli import demo_run, dev_run
@@ -102,11 +103,24 @@ def bot_run(
 @click.option("--burst", is_flag=True, help="Stop when the queue is empty.")
 @click.option("--name", default=None, help="Worker name (default: RQ's).")
 @_processes_option("Run this many workers and restart any that dies.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics at /metrics on this port (0 picks a free one); one "
+    "server for all --processes, since every number is read from Redis.",
+)
 @pass_settings
-def worker_run(settings: Settings, burst: bool, name: str | None, processes: int) -> None:
+def worker_run(
+    settings: Settings, burst: bool, name: str | None, processes: int, metrics_port: int | None
+) -> None:
     """Run an RQ worker that posts cards and resumes decided approvals."""
+    from approvals import metrics
     from worker.main import run_pool, run_worker
 
+    if metrics_port is not None:
+        port = metrics.serve(settings, metrics_port)
+        click.echo(f"approvals worker metrics at http://0.0.0.0:{port}/metrics")
     if processes > 1:
         run_pool(settings, processes)
     else:
@@ -163,11 +177,11 @@ def retry_one(settings: Settings, approval_id: str) -> None:
 @click.argument("approval_id")
 @pass_settings
 def show_one(settings: Settings, approval_id: str) -> None:
-    """Print an approval's record and its audit trail."""
+    """Print an approval's record and its audit trail (from Redis, else the archive)."""
     conn = store.connect(settings)
-    approval = store.load(conn, approval_id)
+    approval, trail = lookup.find_approval(conn, settings, approval_id)
     click.echo(json.dumps({**_summary(approval), **approval.record()}, indent=2, default=str))
-    for event in store.audit_trail(conn, approval_id):
+    for event in trail:
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(event.pop("at", "0"))))
         click.echo(
             f"{at}  {event.pop('event', '?'):<16} {event.pop('actor', '?'):<16} "
@@ -180,9 +194,9 @@ def show_one(settings: Settings, approval_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="The outcome as one JSON object.")
 @pass_settings
 def result_show(settings: Settings, some_id: str, as_json: bool) -> None:
-    """Print how a run ended, or where it is now (ID: a pause id or a run id)."""
-    conn = store.connect(settings)
-    outcome = outcomes.run_outcome(conn, outcomes.run_id_of(conn, some_id))
+    """Print how a run ended, or where it is now (ID: a pause id or a run id; from Redis,
+    else the archive)."""
+    outcome = lookup.find_outcome(store.connect(settings), settings, some_id)
     if as_json:
         click.echo(json.dumps(outcome.to_dict(), ensure_ascii=False))
         return
@@ -196,6 +210,85 @@ def result_show(settings: Settings, some_id: str, as_json: bool) -> None:
         decided = call.decision
         who = f"{decided.kind.value} by {decided.actor_name or decided.actor}" if decided else ""
         click.echo(f"  {call.pause_id}  {call.tool} {json.dumps(call.arguments)}  {who}")
+
+
+@cli.group(name="audit")
+def audit_group() -> None:
+    """Read the audit trails of every approval."""
+
+
+@audit_group.command(name="export")
+@click.option(
+    "--since",
+    default="30d",
+    show_default=True,
+    help="Events from this time on: a UTC date or time (2026-11-01, 2026-11-01T12:00) or an "
+    "age (90m, 12h, 30d).",
+)
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["ndjson"]),
+    default="ndjson",
+    show_default=True,
+    help="One JSON object per event and line, oldest first.",
+)
+@pass_settings
+def audit_export(settings: Settings, since: str, output: str) -> None:
+    """Print the audit events of every approval, from Redis and the archive."""
+    start = _since(since, time.time())
+    for approval_id, event in lookup.audit_events(store.connect(settings), settings, start):
+        click.echo(json.dumps({"approval_id": approval_id, **event}, ensure_ascii=False))
+
+
+def _since(text: str, now: float) -> float:
+    """``--since`` as epoch seconds."""
+    units = {"m": 60, "h": 3600, "d": 86400}
+    if text[-1:] in units and text[:-1].isdigit():
+        return now - int(text[:-1]) * units[text[-1]]
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is neither a date, a time nor an age like 30d"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
+
+
+@cli.group(name="retention")
+def retention_group() -> None:
+    """How long finished approvals stay in Redis (see docs/operations.md)."""
+
+
+@retention_group.command(name="backfill")
+@pass_settings
+def retention_backfill(settings: Settings) -> None:
+    """Note the finished approvals an older version left in Redis, so workers remove them
+    when due. Run it once after upgrading; running it again changes nothing."""
+    from approvals import retention
+
+    noted = retention.backfill(store.connect(settings))
+    click.echo(f"{noted} finished approvals noted; workers remove them when due")
+
+
+@cli.group(name="archive")
+def archive_group() -> None:
+    """The archive of finished approvals (APPROVALS_ARCHIVE_URL)."""
+
+
+@archive_group.command(name="upgrade")
+@pass_settings
+def archive_upgrade(settings: Settings) -> None:
+    """Create the archive's tables, or migrate them to this version's schema."""
+    from approvals import archive
+    from approvals.doctor import safe_url
+
+    if not settings.archive_url:
+        raise click.ClickException("APPROVALS_ARCHIVE_URL is not set: there is no archive")
+    revision = archive.upgrade(settings.archive_url)
+    click.echo(f"archive at {safe_url(settings.archive_url)}: schema {revision}")
 
 
 def _decide(settings: Settings, approval_id: str, kind: DecisionKind, reason: str | None) -> None:

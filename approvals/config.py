@@ -32,6 +32,13 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
 
 
+def _seconds(env: Mapping[str, str], name: str, default: int) -> int:
+    value = _int(env, name, default)
+    if value < 0:
+        raise ConfigError(f"{name} must be 0 or more seconds, got {value}")
+    return value
+
+
 def _number(
     env: Mapping[str, str], name: str, default: float, low: float, high: float | None = None
 ) -> float:
@@ -89,6 +96,14 @@ class Settings:
     llm_log: bool = False
     #: That database's path; None: llm's own ``logs.db`` in the process's ``LLM_USER_PATH``.
     llm_log_db: str | None = None
+    #: Seconds a finished approval keeps its message history in Redis: it is needed only to
+    #: resume, and the audit trail keeps what ran.
+    history_retention: int = 7 * 24 * 3600
+    #: Seconds a finished approval keeps its record and audit trail in Redis (then the
+    #: archive, when there is one, is where they are read).
+    retention: int = 30 * 24 * 3600
+    #: SQLAlchemy URL of the archive (``sqlite:///path``, ``postgresql://...``); None: none.
+    archive_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -127,6 +142,9 @@ class Settings:
             result_ttl=_int(env, "APPROVALS_RESULT_TTL", 7 * 24 * 3600),
             llm_log=llm_log,
             llm_log_db=llm_log_db,
+            history_retention=_seconds(env, "APPROVALS_HISTORY_RETENTION", 7 * 24 * 3600),
+            retention=_seconds(env, "APPROVALS_RETENTION", 30 * 24 * 3600),
+            archive_url=env.get("APPROVALS_ARCHIVE_URL") or None,
         )
 
     def require(self, *names: str) -> None:

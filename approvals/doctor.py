@@ -14,6 +14,10 @@ are counted without their usual clean-up).
   retries never fire.
 - ``models``: every model a pending approval will resume on resolves here (run the doctor
   in the workers' environment) and supports conversations, which a resume needs.
+- ``memory``: Redis's ``maxmemory-policy`` (anything but ``noeviction`` fails: an eviction
+  policy deletes keys, pending approvals included) and used memory against ``maxmemory``.
+- ``retention``: finished approvals Redis still holds, and what the retention sweep will
+  free now (``approvals.retention``).
 - ``slack``: ``auth.test`` with ``SLACK_BOT_TOKEN``.
 - ``scopes``: the token's scopes, from the ``X-OAuth-Scopes`` header of ``auth.test``.
 - ``channel``: ``APPROVALS_CHANNEL`` is set and Slack knows it.
@@ -39,7 +43,7 @@ from rq.serializers import JSONSerializer
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web import SlackResponse
 
-from approvals import deadlines, plugins, queue, slack, store
+from approvals import deadlines, plugins, queue, retention, slack, store
 from approvals.config import Settings
 from approvals.errors import ConfigError, ResumeError
 
@@ -87,6 +91,8 @@ def _redis_checks(settings: Settings) -> list[Check]:
             ("workers", lambda: check_workers(conn, settings)),
             ("scheduler", lambda: check_scheduler(conn, settings)),
             ("models", lambda: check_models(conn, settings)),
+            ("memory", lambda: check_memory(conn)),
+            ("retention", lambda: check_retention(conn, settings)),
         ]
         if first.level is Level.FAIL:
             return [first, *(_not_checked(name, "Redis") for name, _ in later)]
@@ -196,6 +202,79 @@ def _config(conn: redis.Redis, *names: str) -> dict[str, str]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+#: Used memory past this share of ``maxmemory`` is worth a warning: a full Redis refuses pauses.
+MEMORY_WARN_SHARE = 0.8
+
+
+def check_memory(conn: redis.Redis) -> Check:
+    """``maxmemory-policy noeviction``, and used memory against ``maxmemory``.
+
+    With an eviction policy, a full Redis silently deletes keys to make room, and pending
+    approvals, their histories and queued jobs are keys like any other. With ``noeviction``
+    a full Redis refuses new writes instead: new pauses fail, loudly, and nothing is lost.
+    """
+    info = conn.info("memory")
+    policy = _text(info.get("maxmemory_policy", "unknown"))
+    used, limit = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
+    usage = (
+        f"{_size(used)} used of maxmemory {_size(limit)} ({used / limit:.0%})"
+        if limit
+        else (f"{_size(used)} used, no maxmemory (Redis grows until the machine runs out)")
+    )
+    if policy != "noeviction":
+        return Check(
+            "memory",
+            Level.FAIL,
+            f"maxmemory-policy is {policy}: when Redis is full it deletes keys to make room, "
+            "pending approvals and their histories included, without a word. Set "
+            f"maxmemory-policy noeviction (a full Redis then refuses new pauses instead); {usage}",
+        )
+    if limit and used >= MEMORY_WARN_SHARE * limit:
+        return Check(
+            "memory", Level.WARN, f"{usage}: when it is full, new pauses fail (noeviction)"
+        )
+    return Check("memory", Level.OK, f"{usage}; maxmemory-policy noeviction")
+
+
+def _size(count: int) -> str:
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} B"
+
+
+def check_retention(conn: redis.Redis, settings: Settings) -> Check:
+    """What finished approvals Redis holds and what the sweep frees now; what has been due
+    for an hour means no worker is sweeping."""
+    now = time.time()
+    counts = store.retention_counts(
+        conn, retention.history_cutoff(settings, now), retention.approval_cutoff(settings, now)
+    )
+    late = store.retention_counts(
+        conn,
+        retention.history_cutoff(settings, now - OVERDUE_RETENTION),
+        retention.approval_cutoff(settings, now - OVERDUE_RETENTION),
+    )
+    where = "archived, then removed" if settings.archive_url else "removed (no archive)"
+    message = (
+        f"{counts.approvals_held} finished approvals held, {counts.histories_held} with their "
+        f"history; due now: {counts.histories_due} histories and {counts.approvals_due} "
+        f"approvals, to be {where}"
+    )
+    if late.histories_due or late.approvals_due:
+        return Check(
+            "retention",
+            Level.WARN,
+            f"{message}; some have been due for over an hour: no worker is sweeping them "
+            "(start `approvals worker`)",
+        )
+    return Check("retention", Level.OK, message)
+
+
+#: Due this long ago and still in Redis: no worker runs the retention sweep.
+OVERDUE_RETENTION = 3600.0
 
 
 # ---------------------------------------------------------------------------------- RQ

@@ -10,7 +10,8 @@ ApprovalsError
 ├── AlreadyVoted         this person already approved; the quorum needs others
 ├── InvalidArguments     edited arguments do not match the tool's JSON schema
 ├── ResumeError          the worker cannot resume (tool not importable, model unknown...)
-└── ToolAlreadyStarted   an earlier attempt started the gated tool: a person decides on Retry
+├── ToolAlreadyStarted   an earlier attempt started the gated tool: a person decides on Retry
+└── ArchiveError         the archive (APPROVALS_ARCHIVE_URL) is unreachable or not migrated
 """
 
 from __future__ import annotations
@@ -80,3 +81,7 @@ class ResumeError(ApprovalsError):
 
 class ToolAlreadyStarted(ApprovalsError):
     """An earlier attempt of this resume started the gated tool; it must not run again."""
+
+
+class ArchiveError(ApprovalsError):
+    """The archive cannot be used: unreachable, or its schema is not the newest."""

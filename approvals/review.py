@@ -300,11 +300,20 @@ def _after_decision(
     if refused and approval.policy.on_reject is OnReject.STOP:
         store.audit(conn, approval.id, decision.kind.status.value, decision.actor, **details)
         store.audit(conn, approval.id, "run_stopped", SYSTEM_ACTOR, reason="on_reject=stop")
+        _count_decision(conn, approval, decision)
         outcomes.finish_run(conn, settings, store.load(conn, approval.id))
         return
     # One round trip for both: the resume job is what the clicker is waiting for.
     pipe = conn.pipeline()
     pipe.multi()  # explicit, so RQ's enqueue(pipeline=...) joins this transaction
     store.audit(pipe, approval.id, decision.kind.status.value, decision.actor, **details)
+    _count_decision(pipe, approval, decision)
     queue.enqueue_resume(conn, settings, approval.id, pipeline=pipe)
     pipe.execute()
+
+
+def _count_decision(target: Any, approval: Approval, decision: Decision) -> None:
+    """The decision's metrics (``approvals.metrics``): one more of its kind, and how long
+    the approval waited for it."""
+    store.count(target, f"decisions:{decision.kind.value}")
+    store.observe(target, "decision_seconds", max(0.0, decision.at - approval.created_at))

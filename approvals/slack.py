@@ -7,14 +7,20 @@ policy (rate limits included, which slack_sdk does not retry by default) are the
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import redis
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
-from slack_sdk.http_retry import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
+from slack_sdk.http_retry import (
+    ConnectionErrorRetryHandler,
+    RateLimitErrorRetryHandler,
+    RetryHandler,
+)
 from slack_sdk.http_retry.builtin_handlers import ServerErrorRetryHandler
+from slack_sdk.web import SlackResponse
 
-from approvals import cards, store
+from approvals import cards, metrics, store
 from approvals.config import Settings
 from approvals.models import Approval
 
@@ -25,19 +31,50 @@ DECISION_SHOWN = "decision_shown"
 
 
 def web_client(settings: Settings) -> WebClient:
-    """A ``WebClient`` for ``SLACK_BOT_TOKEN`` at ``SLACK_API_URL`` that retries politely."""
+    """A ``WebClient`` for ``SLACK_BOT_TOKEN`` at ``SLACK_API_URL`` that retries politely,
+    and counts its calls and retries for ``/metrics``."""
     settings.require("SLACK_BOT_TOKEN")
-    return WebClient(
+    return CountedWebClient(
+        settings,
         token=settings.slack_bot_token,
         base_url=settings.slack_api_url,
         timeout=10,
         logger=_sdk_logger(),
         retry_handlers=[
-            ConnectionErrorRetryHandler(max_retry_count=2),
-            RateLimitErrorRetryHandler(max_retry_count=2),
-            ServerErrorRetryHandler(max_retry_count=2),
+            _counted(ConnectionErrorRetryHandler(max_retry_count=2), settings, "connection"),
+            _counted(RateLimitErrorRetryHandler(max_retry_count=2), settings, "rate_limited"),
+            _counted(ServerErrorRetryHandler(max_retry_count=2), settings, "server_error"),
         ],
     )
+
+
+class CountedWebClient(WebClient):
+    """slack_sdk's client, counting each call by method once it returned (or failed)."""
+
+    def __init__(self, settings: Settings, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.settings = settings
+
+    def api_call(self, api_method: str, **kwargs: Any) -> SlackResponse:
+        try:
+            return super().api_call(api_method, **kwargs)
+        finally:
+            metrics.count_safely(self.settings, f"slack:calls:{api_method}")
+
+
+def _counted(handler: RetryHandler, settings: Settings, reason: str) -> RetryHandler:
+    """``handler``, counting the retries it grants. Bolt copies the app client's handlers
+    into the client it makes for each request, so the bot's retries are counted too."""
+    decide = handler.can_retry
+
+    def can_retry(**kwargs: Any) -> bool:
+        granted = decide(**kwargs)
+        if granted:
+            metrics.count_safely(settings, f"slack:retries:{reason}")
+        return granted
+
+    handler.can_retry = can_retry  # type: ignore[method-assign]
+    return handler
 
 
 def _sdk_logger() -> logging.Logger:

@@ -17,6 +17,11 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:run:<run_id>:pauses list  the run's pause ids, in order (TTL)
     approvals:outcome:<run_id> hash   outcome (JSON), on_finish, on_finish_called (TTL)
     approvals:finishing       zset    runs whose on_finish has not returned, by when they ended
+    approvals:finished        zset    finished approvals whose record is still here, by when
+    approvals:finished:history zset   finished approvals whose history is still here, by when
+    approvals:ended           zset    ended runs whose outcome is not archived yet, by when
+    approvals:metrics         hash    counters and histogram buckets behind ``/metrics``
+    approvals:lock:retention  string  held by the worker sweeping retention (TTL)
 
 The history lives apart from the hash so that listing and deciding never read it. Status
 changes go through ``transition``, a Lua compare-and-set: it checks the current status against
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -52,6 +57,57 @@ RUNNING_KEY = PREFIX + "running"
 DEADLINES_KEY = PREFIX + "deadlines"
 #: Runs whose ``on_finish`` has not returned yet, by when they ended.
 FINISHING_KEY = PREFIX + "finishing"
+#: Finished approvals (see ``FINISHED_LUA``) whose record and audit trail are still in Redis,
+#: scored by when they finished; the retention sweep reads it, oldest first.
+FINISHED_KEY = PREFIX + "finished"
+#: The same, for the finished approvals whose message history is still in Redis.
+FINISHED_HISTORY_KEY = PREFIX + "finished:history"
+#: Ended runs whose outcome the retention sweep has not archived yet, by when they ended.
+ENDED_KEY = PREFIX + "ended"
+#: Counters and histogram buckets: every process adds to the same ones, so ``/metrics`` on
+#: any bot or worker shows the whole deployment.
+METRICS_KEY = PREFIX + "metrics"
+#: Held by the one worker that sweeps retention at a time.
+RETENTION_LOCK_KEY = PREFIX + "lock:retention"
+
+#: Buckets (upper bounds, seconds) of the histograms kept in ``METRICS_KEY``. Here, beside
+#: the Lua that fills one of them. A person takes seconds to days to decide; a worker takes
+#: milliseconds to start the tool, or minutes when every worker is busy.
+HISTOGRAM_BUCKETS: dict[str, tuple[float, ...]] = {
+    "decision_seconds": (
+        1,
+        5,
+        15,
+        30,
+        60,
+        300,
+        900,
+        1800,
+        3600,
+        7200,
+        14400,
+        28800,
+        86400,
+        172800,
+        604800,
+    ),
+    "tool_start_seconds": (
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1,
+        2.5,
+        5,
+        10,
+        30,
+        60,
+        300,
+    ),
+}
 
 
 def approval_key(approval_id: str) -> str:
@@ -133,8 +189,24 @@ def eval_script(conn: redis.Redis, lua: str, keys: list[str], args: list[Any]) -
 _DRIVER_INFO = DriverInfo(lib_version=redis.__version__)
 
 
+#: Lua: whether the approval in hash ``key`` is finished, so retention may remove it. Finished
+#: is for good: completed, paused (its resume paused again: a new approval goes on), failed,
+#: or rejected or expired by a gate that stops the run (``on_reject="stop"``, in the record).
+#: Pending, decided-and-resuming, running and interrupted approvals are never finished.
+FINISHED_LUA = """
+local function finished(key, status)
+  if status == 'completed' or status == 'paused' or status == 'failed' then return true end
+  if status ~= 'rejected' and status ~= 'expired' then return false end
+  local ok, record = pcall(cjson.decode, redis.call('HGET', key, 'record') or '')
+  return ok and type(record) == 'table' and type(record['policy']) == 'table'
+    and record['policy']['on_reject'] == 'stop'
+end
+"""
+
 # Shared by the scripts: keep the pending, recent-decision and running indexes in step.
-_LEAVE_PENDING_LUA = """
+_LEAVE_PENDING_LUA = (
+    FINISHED_LUA
+    + """
 local function leave_pending(current)
   if current == 'pending' then
     redis.call('HSET', KEYS[1], 'decided_status', ARGV[3])
@@ -147,11 +219,24 @@ end
 local function track_running(current, target)
   if current == 'running' then redis.call('ZREM', KEYS[4], ARGV[1]) end
   if target == 'running' then redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1]) end
+  if current == 'running' and (target == 'completed' or target == 'paused'
+      or target == 'failed' or target == 'interrupted') then
+    redis.call('HINCRBY', KEYS[8], 'resumes:' .. target, 1)
+  end
+end
+local function index_finished(target)
+  if finished(KEYS[1], target) then
+    redis.call('ZADD', KEYS[9], ARGV[2], ARGV[1])
+    redis.call('ZADD', KEYS[10], ARGV[2], ARGV[1])
+  end
 end
 """.replace("RECENT_KEPT", "200")
+)
 
-# KEYS: approval hash, pending zset, decided zset, running zset. ARGV: id, now, target,
-# allowed (JSON), then field/value pairs written in the same step ("" deletes the field).
+# KEYS: approval hash, pending zset, decided zset, running zset, deadlines zset, audit list,
+# lease, metrics hash, finished zset, finished-history zset. ARGV: id, now, target, allowed
+# (JSON), audit entry, lease seconds, then field/value pairs written in the same step ("" deletes
+# the field).
 _TRANSITION_LUA = (
     _LEAVE_PENDING_LUA
     + """
@@ -172,6 +257,7 @@ for _, status in ipairs(cjson.decode(ARGV[4])) do
     end
     leave_pending(current)
     track_running(current, ARGV[3])
+    index_finished(ARGV[3])
     return {1, current, ''}
   end
 end
@@ -227,6 +313,17 @@ def _keys(approval_id: str) -> list[str]:
     return [approval_key(approval_id), PENDING_KEY, DECIDED_KEY, RUNNING_KEY, DEADLINES_KEY]
 
 
+def _transition_keys(approval_id: str) -> list[str]:
+    return [
+        *_keys(approval_id),
+        audit_key(approval_id),
+        lease_key(approval_id),
+        METRICS_KEY,
+        FINISHED_KEY,
+        FINISHED_HISTORY_KEY,
+    ]
+
+
 def transition(
     conn: redis.Redis,
     approval_id: str,
@@ -255,7 +352,7 @@ def transition(
     args += [event or "", str(lease) if lease is not None else ""]
     for name, value in (fields or {}).items():
         args += [name, value]
-    keys = [*_keys(approval_id), audit_key(approval_id), lease_key(approval_id)]
+    keys = _transition_keys(approval_id)
     ok, previous, decided_by = cast(list[Any], eval_script(conn, _TRANSITION_LUA, keys, args))
     return TransitionResult(bool(ok), _text(previous), _text(decided_by) or None)
 
@@ -266,7 +363,7 @@ def vote(
     """Count ``actor``'s approval; decide (``target``, ``decision`` JSON) once ``required``."""
     assert Status.PENDING in sources_of(target)
     args = [approval_id, repr(time.time()), target.value, actor, str(required), decision]
-    found = eval_script(conn, _VOTE_LUA, _keys(approval_id), args)
+    found = eval_script(conn, _VOTE_LUA, _transition_keys(approval_id), args)
     code, detail, decided_by = cast(list[Any], found)
     if code == 1:
         return VoteResult("decided", count=required)
@@ -288,12 +385,75 @@ def drop_lease(conn: redis.Redis, approval_id: str) -> None:
     conn.delete(lease_key(approval_id))
 
 
+# Lua: add ``value`` to histogram ``name`` of the metrics hash ``key``; its bucket bounds are
+# ARGV[first] onwards. The fields are those ``observe`` writes.
+_OBSERVE_LUA = """
+local function observe(key, name, value, first)
+  local bucket = '+Inf'
+  for i = first, #ARGV do
+    if value <= tonumber(ARGV[i]) then bucket = ARGV[i] break end
+  end
+  redis.call('HINCRBY', key, name .. ':le:' .. bucket, 1)
+  redis.call('HINCRBYFLOAT', key, name .. ':sum', value)
+  redis.call('HINCRBY', key, name .. ':count', 1)
+end
+"""
+
+# KEYS: approval hash, metrics hash. ARGV: now, then the buckets of tool_start_seconds.
+_TOOL_STARTED_LUA = (
+    _OBSERVE_LUA
+    + """
+if redis.call('HSETNX', KEYS[1], 'tool_started', ARGV[1]) == 0 then return 0 end
+local ok, decision = pcall(cjson.decode, redis.call('HGET', KEYS[1], 'decision') or '')
+if ok and type(decision) == 'table' and tonumber(decision['at']) then
+  observe(KEYS[2], 'tool_start_seconds', tonumber(ARGV[1]) - tonumber(decision['at']), 2)
+end
+return 1
+"""
+)
+
+
 def mark_tool_started(conn: redis.Redis, approval_id: str) -> bool:
     """Record, before the gated tool starts, that it is about to run; False if already marked.
 
     The mark is what lets a later attempt know the tool may have run: at most once per decision.
+    The time from the decision to this moment goes to the ``tool_start_seconds`` histogram in
+    the same step, so measuring it costs the tool's start no round trip.
     """
-    return bool(conn.hsetnx(approval_key(approval_id), "tool_started", repr(time.time())))
+    args = [repr(time.time()), *map(bucket_name, HISTOGRAM_BUCKETS["tool_start_seconds"])]
+    keys = [approval_key(approval_id), METRICS_KEY]
+    return bool(eval_script(conn, _TOOL_STARTED_LUA, keys, args))
+
+
+def bucket_name(value: float) -> str:
+    """A bucket bound as its field names spell it (``0.005``, ``60``, ``+Inf``)."""
+    return "+Inf" if value == float("inf") else f"{value:g}"
+
+
+def observe(target: Any, name: str, value: float) -> None:
+    """Add ``value`` to the histogram ``name`` (``target``: a client or a pipeline)."""
+    bounds = HISTOGRAM_BUCKETS[name]
+    bucket = next((bucket_name(b) for b in bounds if value <= b), "+Inf")
+    target.hincrby(METRICS_KEY, f"{name}:le:{bucket}", 1)
+    target.hincrbyfloat(METRICS_KEY, f"{name}:sum", value)
+    target.hincrby(METRICS_KEY, f"{name}:count", 1)
+
+
+def count(target: Any, name: str, by: int = 1) -> None:
+    """Add to the counter ``name`` (``target``: a client or a pipeline)."""
+    target.hincrby(METRICS_KEY, name, by)
+
+
+def metric_values(conn: redis.Redis) -> dict[str, float]:
+    """Every counter and histogram field, by name (``/metrics`` reads them at each scrape)."""
+    raw = cast(dict[bytes, bytes], conn.hgetall(METRICS_KEY))
+    values = {}
+    for name, value in raw.items():
+        try:
+            values[_text(name)] = float(value)
+        except ValueError:  # Redis is a trust boundary: an odd field is not a crash
+            continue
+    return values
 
 
 def mark_tool_finished(conn: redis.Redis, approval_id: str) -> None:
@@ -305,7 +465,7 @@ def running_ids(conn: redis.Redis) -> list[str]:
     return [_text(i) for i in cast(list[bytes], conn.zrange(RUNNING_KEY, 0, -1))]
 
 
-# KEYS: approval hash, running zset, lease. ARGV: id.
+# KEYS: approval hash, running zset, lease, metrics hash. ARGV: id.
 _RECOVER_LUA = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if status ~= 'running' then
@@ -316,6 +476,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then return 'alive' end
 redis.call('ZREM', KEYS[2], ARGV[1])
 if redis.call('HEXISTS', KEYS[1], 'tool_started') == 1 then
   redis.call('HSET', KEYS[1], 'status', 'interrupted')
+  redis.call('HINCRBY', KEYS[4], 'resumes:interrupted', 1)
   return 'interrupted'
 end
 redis.call('HSET', KEYS[1], 'status', redis.call('HGET', KEYS[1], 'decided_status'))
@@ -331,7 +492,7 @@ def recover(conn: redis.Redis, approval_id: str) -> str:
     started: the approval is back to its decided status and can simply be resumed again).
     """
     assert Status.INTERRUPTED in TRANSITIONS[Status.RUNNING]
-    keys = [approval_key(approval_id), RUNNING_KEY, lease_key(approval_id)]
+    keys = [approval_key(approval_id), RUNNING_KEY, lease_key(approval_id), METRICS_KEY]
     return _text(eval_script(conn, _RECOVER_LUA, keys, [approval_id]))
 
 
@@ -388,10 +549,11 @@ def wait_run_event(conn: redis.Redis, run_id: str, after: str, block: float) -> 
     return after
 
 
-# KEYS: outcome hash, run stream, finishing zset. ARGV: outcome JSON, on_finish ("" for
-# none), ttl, run id, now.
+# KEYS: outcome hash, run stream, finishing zset, ended zset. ARGV: outcome JSON, on_finish
+# ("" for none), ttl, run id, now.
 _SAVE_OUTCOME_LUA = """
 if redis.call('HSETNX', KEYS[1], 'outcome', ARGV[1]) == 0 then return 0 end
+redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], 'on_finish', ARGV[2])
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
@@ -409,7 +571,7 @@ def save_outcome(
     """Store a run's final outcome (JSON) for ``ttl`` seconds and wake its waiters, once;
     False when it was stored already (the first one stands). A run with an ``on_finish`` is
     noted as finishing in the same step, until ``set_outcome_flag``."""
-    keys = [outcome_key(run_id), run_key(run_id), FINISHING_KEY]
+    keys = [outcome_key(run_id), run_key(run_id), FINISHING_KEY, ENDED_KEY]
     args = [outcome, on_finish or "", ttl, run_id, repr(time.time())]
     return bool(eval_script(conn, _SAVE_OUTCOME_LUA, keys, args))
 
@@ -718,6 +880,254 @@ def deadline_counts(conn: redis.Redis, now: float, late_by: float) -> tuple[int,
     return total - late, late
 
 
+# --------------------------------------------------------------------------- retention
+
+
+def finished_until(
+    conn: redis.Redis, key: str, until: float, limit: int
+) -> list[tuple[str, float]]:
+    """Up to ``limit`` (id, finished at) of ``FINISHED_KEY`` or ``FINISHED_HISTORY_KEY`` that
+    finished by ``until``, oldest first."""
+    found = conn.zrangebyscore(key, "-inf", repr(until), start=0, num=limit, withscores=True)
+    return [(_text(i), float(at)) for i, at in cast(list[tuple[bytes, float]], found)]
+
+
+# KEYS: finished-history zset, metrics hash, then each id's approval hash and history.
+# ARGV: the ids. Only a finished approval's history goes; a missing record's too (an orphan).
+_FORGET_HISTORIES_LUA = (
+    FINISHED_LUA
+    + """
+local removed = 0
+for i, id in ipairs(ARGV) do
+  local hash, history = KEYS[1 + 2 * i], KEYS[2 + 2 * i]
+  local status = redis.call('HGET', hash, 'status')
+  if not status or finished(hash, status) then
+    removed = removed + redis.call('DEL', history)
+  end
+  redis.call('ZREM', KEYS[1], id)
+end
+redis.call('HINCRBY', KEYS[2], 'retention:history', removed)
+return removed
+"""
+)
+
+
+def forget_histories(conn: redis.Redis, ids: list[str]) -> int:
+    """Delete the histories of these finished approvals (never of one that is not finished);
+    returns how many were deleted."""
+    if not ids:
+        return 0
+    keys = [FINISHED_HISTORY_KEY, METRICS_KEY]
+    for approval_id in ids:
+        keys += [approval_key(approval_id), history_key(approval_id)]
+    return int(eval_script(conn, _FORGET_HISTORIES_LUA, keys, ids))
+
+
+# KEYS: finished zset, finished-history zset, then each id's approval hash and history.
+# ARGV: the ids. Notes every finished approval not noted yet (one written before retention
+# existed), by when it finished as far as its record tells: the tool's end, else the
+# decision, else the pause. Returns how many it noted.
+_NOTE_FINISHED_LUA = (
+    FINISHED_LUA
+    + """
+local function field_number(hash, name, inner)
+  local raw = redis.call('HGET', hash, name)
+  if not raw then return nil end
+  if not inner then return tonumber(raw) end
+  local ok, value = pcall(cjson.decode, raw)
+  if ok and type(value) == 'table' then return tonumber(value[inner]) end
+  return nil
+end
+local noted = 0
+for i, id in ipairs(ARGV) do
+  local hash, history = KEYS[1 + 2 * i], KEYS[2 + 2 * i]
+  local status = redis.call('HGET', hash, 'status')
+  if status and finished(hash, status) and not redis.call('ZSCORE', KEYS[1], id) then
+    local at = field_number(hash, 'tool_finished') or field_number(hash, 'decision', 'at')
+      or field_number(hash, 'record', 'created_at') or 0
+    redis.call('ZADD', KEYS[1], at, id)
+    if redis.call('EXISTS', history) == 1 then redis.call('ZADD', KEYS[2], at, id) end
+    noted = noted + 1
+  end
+end
+return noted
+"""
+)
+
+
+def note_finished(conn: redis.Redis, ids: list[str]) -> int:
+    """Add these approvals to the retention indexes if they are finished and not there yet
+    (written by a version without retention); returns how many were added."""
+    if not ids:
+        return 0
+    keys = [FINISHED_KEY, FINISHED_HISTORY_KEY]
+    for approval_id in ids:
+        keys += [approval_key(approval_id), history_key(approval_id)]
+    return int(eval_script(conn, _NOTE_FINISHED_LUA, keys, ids))
+
+
+def approval_ids(conn: redis.Redis) -> Iterator[str]:
+    """Every approval id in Redis: a SCAN, so Redis keeps answering others meanwhile."""
+    prefix = approval_key("")
+    for key in conn.scan_iter(match=prefix + "*", count=1000):
+        yield _text(key)[len(prefix) :]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What Redis holds of one finished approval, as the archive copies it."""
+
+    approval: Approval
+    #: The audit trail's lines exactly as stored (the archive keeps them byte for byte).
+    audit: list[bytes]
+
+
+def load_finished(conn: redis.Redis, ids: list[str]) -> list[Finished]:
+    """The records and audit trails of these approvals, in one round trip (missing or
+    unreadable records are left out: the sweep drops their entries)."""
+    pipe = conn.pipeline(transaction=False)
+    for approval_id in ids:
+        pipe.hgetall(approval_key(approval_id))
+        pipe.lrange(audit_key(approval_id), 0, -1)
+    answers = pipe.execute()
+    found = []
+    for i, approval_id in enumerate(ids):
+        raw, lines = answers[2 * i], answers[2 * i + 1]
+        if not raw:
+            continue
+        try:
+            found.append(Finished(_from_hash(approval_id, raw), list(lines)))
+        except CorruptRecord:
+            continue
+    return found
+
+
+# KEYS: finished zset, finished-history zset, decided zset, metrics hash, then each id's
+# approval hash, history and audit list. ARGV: pairs of id and how many audit lines the
+# archive holds ("-1": no archive). An approval that is not finished is left alone; one whose
+# audit trail grew after it was archived stays for the next round (its new lines are archived
+# then). Returns the ids removed.
+_FORGET_APPROVALS_LUA = (
+    FINISHED_LUA
+    + """
+local removed = {}
+for i = 1, #ARGV / 2 do
+  local id, archived = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
+  local hash, history, audit = KEYS[2 + 3 * i], KEYS[3 + 3 * i], KEYS[4 + 3 * i]
+  local status = redis.call('HGET', hash, 'status')
+  local gone = not status or finished(hash, status)
+  if gone and (archived < 0 or redis.call('LLEN', audit) <= archived) then
+    redis.call('DEL', hash, history, audit)
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('ZREM', KEYS[3], id)
+    if status then table.insert(removed, id) end
+  elseif not gone then
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+redis.call('HINCRBY', KEYS[4], 'retention:approval', #removed)
+return removed
+"""
+)
+
+
+def forget_approvals(conn: redis.Redis, archived: dict[str, int | None]) -> list[str]:
+    """Delete these finished approvals' records, histories and audit trails.
+
+    ``archived`` maps each id to how many audit lines the archive holds (None: there is no
+    archive). Never touches an approval that is not finished. Returns the ids removed.
+    """
+    if not archived:
+        return []
+    keys = [FINISHED_KEY, FINISHED_HISTORY_KEY, DECIDED_KEY, METRICS_KEY]
+    args: list[str] = []
+    for approval_id, lines in archived.items():
+        keys += [approval_key(approval_id), history_key(approval_id), audit_key(approval_id)]
+        args += [approval_id, str(-1 if lines is None else lines)]
+    return [
+        _text(i) for i in cast(list[bytes], eval_script(conn, _FORGET_APPROVALS_LUA, keys, args))
+    ]
+
+
+def ended_runs(conn: redis.Redis, limit: int) -> list[tuple[str, Any, float]]:
+    """Up to ``limit`` ended runs not archived yet, oldest first, each with its stored
+    outcome (decoded; None when it has expired already) and when it ended."""
+    ended = cast(list[tuple[bytes, float]], conn.zrange(ENDED_KEY, 0, limit - 1, withscores=True))
+    pipe = conn.pipeline(transaction=False)
+    for run_id, _ in ended:
+        pipe.hget(outcome_key(_text(run_id)), "outcome")
+    found = []
+    for (run_id, at), raw in zip(ended, pipe.execute(), strict=True):
+        try:
+            outcome = _json(raw)
+        except CorruptRecord:
+            outcome = None
+        found.append((_text(run_id), outcome, float(at)))
+    return found
+
+
+def forget_ended(conn: redis.Redis, run_ids: list[str]) -> None:
+    """The runs' outcomes are archived (or there is no archive): stop tracking them."""
+    if run_ids:
+        conn.zrem(ENDED_KEY, *run_ids)
+
+
+def take_retention_lock(conn: redis.Redis, token: str, ttl: int) -> bool:
+    """One worker sweeps retention at a time; False while another holds the lock."""
+    return bool(conn.set(RETENTION_LOCK_KEY, token, nx=True, ex=ttl))
+
+
+_RELEASE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def release_retention_lock(conn: redis.Redis, token: str) -> None:
+    """Give the lock back, if this holder still has it."""
+    eval_script(conn, _RELEASE_LUA, [RETENTION_LOCK_KEY], [token])
+
+
+@dataclass(frozen=True)
+class RetentionCounts:
+    """What retention holds and will free (``approvals doctor``)."""
+
+    histories_held: int
+    histories_due: int
+    approvals_held: int
+    approvals_due: int
+
+
+def retention_counts(
+    conn: redis.Redis, history_until: float, approval_until: float
+) -> RetentionCounts:
+    pipe = conn.pipeline(transaction=False)
+    pipe.zcard(FINISHED_HISTORY_KEY)
+    pipe.zcount(FINISHED_HISTORY_KEY, "-inf", repr(history_until))
+    pipe.zcard(FINISHED_KEY)
+    pipe.zcount(FINISHED_KEY, "-inf", repr(approval_until))
+    return RetentionCounts(*(int(n) for n in pipe.execute()))
+
+
+def gauges(conn: redis.Redis) -> tuple[int, int, dict[str, Any]]:
+    """(approvals waiting, resumes running, Redis's INFO memory), in one round trip."""
+    pipe = conn.pipeline(transaction=False)
+    pipe.zcard(PENDING_KEY)
+    pipe.zcard(RUNNING_KEY)
+    pipe.info("memory")
+    waiting, running, memory = pipe.execute()
+    return int(waiting), int(running), dict(memory)
+
+
+def audit_ids(conn: redis.Redis) -> list[str]:
+    """Every approval with an audit trail in Redis (``approvals audit export``): a SCAN, so
+    Redis keeps answering others while it runs."""
+    prefix = audit_key("")
+    found = conn.scan_iter(match=prefix + "*", count=1000)
+    return [_text(key)[len(prefix) :] for key in found]
+
+
 def audit(target: Any, approval_id: str, event: str, actor: str, **details: Any) -> None:
     """Append one event to the approval's audit trail (``target``: a client or a pipeline)."""
     target.rpush(audit_key(approval_id), audit_entry(event, actor, **details))
@@ -736,10 +1146,19 @@ def audit_trail(conn: redis.Redis, approval_id: str) -> list[dict[str, str]]:
     """The audit events of one approval, oldest first (entries that do not parse are shown
     as such: Redis is a trust boundary)."""
     lines = cast(list[bytes], conn.lrange(audit_key(approval_id), 0, -1))
-    return [_audit_entry(line) for line in lines]
+    return [parse_audit_line(line) for line in lines]
 
 
-def _audit_entry(line: bytes) -> dict[str, str]:
+def audit_trails(conn: redis.Redis, ids: list[str]) -> list[list[dict[str, str]]]:
+    """``audit_trail`` of each of these approvals, in one round trip."""
+    pipe = conn.pipeline(transaction=False)
+    for approval_id in ids:
+        pipe.lrange(audit_key(approval_id), 0, -1)
+    return [[parse_audit_line(line) for line in lines] for lines in pipe.execute()]
+
+
+def parse_audit_line(line: bytes) -> dict[str, str]:
+    """One stored audit line as ``audit_trail`` shows it."""
     try:
         entry = json.loads(line)
     except ValueError:

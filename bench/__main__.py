@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import agent_side, bot_http, docs, loop, throughput
+from approvals.archive import upgrade as archive_upgrade
+from bench import agent_side, bot_http, docs, loop, retention, throughput
 from bench.harness import Bench
 from bench.report import (
     Figure,
@@ -53,14 +54,17 @@ class Plan:
     counts: int
     polls: int
     poll_window: float
+    #: B9: approvals that finished a month ago, and approvals still waiting beside them.
+    finished: int
+    still_waiting: int
 
     @classmethod
     def full(cls) -> Plan:
-        return cls(200, 6, 50, 2, 500, 100, 2, 200, 100_000, 100, 1000, 5, 40, 20.0)
+        return cls(200, 6, 50, 2, 500, 100, 2, 200, 100_000, 100, 1000, 5, 40, 20.0, 100_000, 1000)
 
     @classmethod
     def quick(cls) -> Plan:
-        return cls(5, 1, 10, 1, 50, 5, 1, 10, 10_000, 3, 10, 1, 3, 1.0)
+        return cls(5, 1, 10, 1, 50, 5, 1, 10, 10_000, 3, 10, 1, 3, 1.0, 2_000, 100)
 
 
 POLL_INTERVAL = 2.0
@@ -296,12 +300,64 @@ def throughput_all(bench: Bench, plan: Plan, out: list[Figure]) -> None:
                 )
 
 
+def retention_sweep(bench: Bench, plan: Plan, out: list[Figure]) -> None:
+    """B9: finished approvals with 10 KB histories swept into a SQLite archive by one
+    worker, beside B2's bursts of clicks and approvals still waiting."""
+    url = f"sqlite:///{bench.folder / 'archive.db'}"
+    archive_upgrade(url)
+    env = {"APPROVALS_ARCHIVE_URL": url, "BENCH_TOOL_LOG": str(bench.folder / "tools-b9.jsonl")}
+    with bench.phase("retention", workers=1, worker_class="SimpleWorker", env=env) as phase:
+        memory = retention.run_memory(phase, plan.finished, plan.still_waiting, 10 * KB)
+        out.append(
+            Figure(
+                "B9 memory",
+                f"Redis memory after {plan.finished:,} finished approvals were swept / before "
+                f"they came ({plan.still_waiting:,} waiting)",
+                "x",
+                [memory["ratio"]],
+                target="≤ 1.10",
+                check=at_most(p50=1.10),
+                detail=memory,
+            )
+        )
+        quiet, beside, still = retention.run_clicks(
+            phase, plan.finished, 10 * KB, plan.bursts, plan.clicks
+        )
+        out.append(
+            Figure(
+                "B9 clicks",
+                f"click → HTTP 200, {plan.clicks} clicks in flight while retention sweeps "
+                f"{plan.finished:,} approvals",
+                "ms",
+                beside.figure,
+                quiet.figure,
+                "all 200, p99 ≤ 150 ms",
+                at_most(p99=150),
+                failures=beside.failures,
+                detail={"still_sweeping_after_the_bursts": still, "not_200": beside.not_200},
+            )
+        )
+        archived = retention.run_archive(url)
+        out.append(
+            Figure(
+                "B9 archive",
+                "approvals in the archive / finished approvals swept",
+                "x",
+                [archived["archived"] / (2 * plan.finished)],
+                target="exactly 1.00",
+                check=exactly(1.0),
+                detail=archived,
+            )
+        )
+
+
 GROUPS: dict[str, Group] = {
     "default": default_worker,
     "fast": fast_worker,
     "bot": bot_only,
     "agent": agent_only,
     "throughput": throughput_all,
+    "retention": retention_sweep,
 }
 ORDER = [
     "B1",
@@ -315,6 +371,7 @@ ORDER = [
     "B6",
     "B7",
     "B8",
+    "B9",
 ]
 
 

@@ -79,6 +79,23 @@ EXPLAINED: dict[str, str] = {
         "Model calls and tool executions of runs that paused and were approved, over the same "
         "runs with no gate: the gate must not make a run call the model or a tool again."
     ),
+    "B9 memory": (
+        "Approvals with 10 KB histories that finished a month ago, written key for key as the "
+        "store writes them, beside approvals still waiting; one worker's retention sweep "
+        "archives them into SQLite and removes them from Redis. Redis's used memory once the "
+        "sweep is done, over its used memory with only the waiting approvals: it must come "
+        "back to what an empty instance plus the waiting approvals take."
+    ),
+    "B9 clicks": (
+        "B2's bursts of signed Approve clicks, sent while the retention sweep works off that "
+        "many newly due approvals; the floor is the same bursts just before, with nothing to "
+        "sweep. The sweep must not delay the bot's answers."
+    ),
+    "B9 archive": (
+        "Approvals the archive holds after both sweeps, over the approvals that finished: "
+        "every one must be there. The detail times queries people run on it: a count, the "
+        "completed approvals by tool, and one approval rebuilt with its audit trail."
+    ),
 }
 
 

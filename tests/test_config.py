@@ -149,3 +149,24 @@ def test_require_reports_the_first_missing_variable():
     settings = Settings.from_env({"SLACK_BOT_TOKEN": "xoxb-1"})
     with pytest.raises(ConfigError, match="SLACK_SIGNING_SECRET"):
         settings.require("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "APPROVALS_CHANNEL")
+
+
+def test_retention_and_the_archive_are_read():
+    """Defaults: histories a week, records a month, no archive."""
+    assert Settings.from_env({}).history_retention == 7 * 24 * 3600
+    assert Settings.from_env({}).retention == 30 * 24 * 3600
+    assert Settings.from_env({}).archive_url is None
+    settings = Settings.from_env(
+        {
+            "APPROVALS_HISTORY_RETENTION": "3600",
+            "APPROVALS_RETENTION": "86400",
+            "APPROVALS_ARCHIVE_URL": "sqlite:///a.db",
+        }
+    )
+    assert (settings.history_retention, settings.retention) == (3600, 86400)
+    assert settings.archive_url == "sqlite:///a.db"
+
+
+def test_a_negative_retention_names_its_variable():
+    with pytest.raises(ConfigError, match="APPROVALS_RETENTION"):
+        Settings.from_env({"APPROVALS_RETENTION": "-1"})

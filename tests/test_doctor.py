@@ -8,16 +8,17 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from click.testing import CliRunner
 
-from approvals import deadlines, doctor, queue, store
+from approvals import deadlines, doctor, queue, retention, store
 from approvals.cli import cli
 from approvals.config import Settings
 from approvals.doctor import Level
@@ -33,6 +34,7 @@ from tests.processes import (
     wait_until,
 )
 from tests.slack_standin import SlackStandIn
+from tests.test_retention import finish, pause
 
 
 @dataclass
@@ -348,17 +350,8 @@ def test_text_output_is_one_line_per_check_and_warnings_exit_2(env, slack):
     code, output = run_doctor()
     assert code == 2
     lines = output.splitlines()
-    names = [
-        "redis",
-        "persistence",
-        "queue",
-        "workers",
-        "scheduler",
-        "models",
-        "slack",
-        "scopes",
-        "channel",
-    ]
+    names = ["redis", "persistence", "queue", "workers", "scheduler", "models", "memory"]
+    names += ["retention", "slack", "scopes", "channel"]
     assert [line.split()[1] for line in lines] == names
     assert {line.split()[0] for line in lines} == {"ok", "warn"}
 
@@ -457,3 +450,64 @@ def test_a_model_missing_here_or_without_conversations_fails(env, conn):
     assert "model 'gpt-nowhere' (2 waiting) is not installed here" in check.message
     assert "model 'forgetful' (1 waiting) cannot continue a conversation" in check.message
     assert "APPROVALS_LLM_PLUGINS" in check.message
+
+
+# ---------------------------------------------------------------------------------- memory
+
+
+@pytest.fixture
+def limited_redis(tmp_path: Path) -> Iterator[Callable[[str], redis.Redis]]:
+    """A private redis-server with ``maxmemory 64mb`` and the given policy."""
+    started: list[subprocess.Popen[bytes]] = []
+    clients: list[redis.Redis] = []
+
+    def start(policy: str) -> redis.Redis:
+        binary = redis_binary()
+        if binary is None:
+            pytest.skip("needs a redis-server binary")
+        folder = tmp_path / f"redis-{len(started)}"
+        folder.mkdir()
+        args = ["--maxmemory", "64mb", "--maxmemory-policy", policy]
+        process, base = start_redis(binary, folder, args)
+        started.append(process)
+        clients.append(redis.Redis.from_url(f"{base}/0"))
+        return clients[-1]
+
+    yield start
+    for client in clients:
+        client.close()
+    for process in started:
+        process.terminate()
+        process.wait(10)
+
+
+def test_an_eviction_policy_fails_and_says_why(limited_redis):
+    """allkeys-lru would delete pending approvals when Redis is full."""
+    check = doctor.check_memory(limited_redis("allkeys-lru"))
+    assert check.level is Level.FAIL
+    assert "allkeys-lru" in check.message and "pending approvals" in check.message
+    assert "noeviction" in check.message
+
+
+def test_noeviction_reports_used_memory_against_maxmemory(limited_redis):
+    check = doctor.check_memory(limited_redis("noeviction"))
+    assert check.level is Level.OK
+    assert "of maxmemory 64.0 MB" in check.message
+
+
+def test_retention_counts_what_the_sweep_will_free(env, conn):
+    settings = Settings.from_env()
+    for approval_id in ("r1", "r2"):
+        pause(conn, approval_id)
+        finish(conn, approval_id)
+    month_ago = time.time() - 31 * 24 * 3600
+    for key in (store.FINISHED_KEY, store.FINISHED_HISTORY_KEY):
+        conn.zadd(key, {"r1": month_ago})
+
+    check = doctor.check_retention(conn, settings)
+
+    assert check.level is Level.WARN and "no worker is sweeping" in check.message
+    assert "2 finished approvals held" in check.message
+    assert "due now: 1 histories and 1 approvals" in check.message
+    retention.sweep(conn, settings)
+    assert doctor.check_retention(conn, settings).level is Level.OK

@@ -6,9 +6,9 @@ touch the worker, and RQ watches the horse (heartbeats, timeouts, a killed horse
 such). ``SimpleWorker`` runs every job in the worker process: no fork, so a job starts
 sooner, but a tool that crashes or hangs takes the worker with it.
 
-What is ours runs beside RQ, in two background threads of each worker: the deadline sweep
-(``approvals.deadlines``) and the recovery of resumes whose worker died
-(``approvals.recovery``).
+What is ours runs beside RQ, in background threads of each worker: the deadline sweep
+(``approvals.deadlines``), the recovery of resumes whose worker died
+(``approvals.recovery``) and the retention sweep (``approvals.retention``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from rq.worker import BaseWorker
 from rq.worker_pool import WorkerPool
 
 import worker.jobs  # imported here, once: forked work-horses inherit it
-from approvals import deadlines, store
+from approvals import deadlines, retention, store
 from approvals.config import Settings
 from approvals.logs import configure_logging
 from approvals.plugins import load_plugins, warm_models
@@ -143,12 +143,14 @@ def _warm(settings: Settings) -> None:
 def _start_background(settings: Settings) -> None:
     """Every worker, in the background: sweep due deadlines into jobs, several times a second,
     and, every maintenance interval, look for resumes whose worker died, decisions whose
-    resume was never queued and ended runs whose ``on_finish`` was never queued. Each is
+    resume was never queued and ended runs whose ``on_finish`` was never queued; and, every
+    second, remove from Redis what finished long enough ago (``approvals.retention``). Each is
     atomic in Redis or idempotent, so workers never act twice on one of them."""
     _every("approvals-deadlines", deadlines.SWEEP_INTERVAL, settings, deadlines.sweep)
     _every("approvals-recovery", settings.maintenance_interval, settings, recover_dead_runs)
     _every("approvals-stranded", settings.maintenance_interval, settings, requeue_stranded)
     _every("approvals-unfinished", settings.maintenance_interval, settings, requeue_unfinished)
+    _every("approvals-retention", retention.SWEEP_INTERVAL, settings, retention.sweep)
 
 
 def _every(

@@ -1,4 +1,5 @@
-"""The worker's background loops (``worker.main._every``): the deadline sweep and recovery."""
+"""The worker's background loops (``worker.main._every``): the deadline sweep, recovery and
+retention."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import redis
 
 from approvals import deadlines, queue, store
 from approvals.config import Settings
-from tests.processes import redis_binary, start_redis, wait_until
+from tests.processes import redis_binary, start_redis, start_worker, wait_for_workers, wait_until
+from tests.test_retention import finish, held, pause
 from worker import main as worker_main
 
 
@@ -60,3 +62,20 @@ def test_a_redis_outage_is_reported_once_and_the_sweep_resumes_after_it(env, tmp
 
 def _logged(caplog, text: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+def test_a_running_worker_removes_what_finished_long_ago_and_nothing_else(env, conn, tmp_path):
+    """An approval that finished a month ago leaves Redis within seconds of a worker
+    starting; one waiting since then stays."""
+    pause(conn, "old-done")
+    finish(conn, "old-done")
+    for key in (store.FINISHED_KEY, store.FINISHED_HISTORY_KEY):
+        conn.zadd(key, {"old-done": time.time() - 31 * 24 * 3600})
+    pause(conn, "old-waiting")
+    worker = start_worker(env, tmp_path / "worker.log", f"w-retention-{os.getpid()}")
+    try:
+        wait_for_workers(env, [worker], 1)
+        wait_until(lambda: not held(conn, "old-done"), 10, "the old approval removed")
+        assert held(conn, "old-waiting") == {"record", "history", "audit"}
+    finally:
+        worker.stop()

@@ -1,0 +1,1 @@
+"""Alembic's migrations of the archive (``approvals archive upgrade`` runs them)."""
