@@ -13,6 +13,7 @@ from approvals.errors import (
     CorruptRecord,
     GateError,
     InvalidArguments,
+    InvalidReceipt,
     NotAllowed,
     ResumeError,
     UnknownApproval,
@@ -20,6 +21,7 @@ from approvals.errors import (
 from approvals.gate import idempotency_key, requires_approval
 from approvals.models import Approval, DecisionKind, Status
 from approvals.outcomes import wait
+from approvals.receipts import DecidedBy, Receipt, receipt, verify_receipt
 
 __all__ = [
     "AlreadyDecided",
@@ -27,17 +29,22 @@ __all__ = [
     "ApprovalsError",
     "ConfigError",
     "CorruptRecord",
+    "DecidedBy",
     "DecisionKind",
     "GateError",
     "InvalidArguments",
+    "InvalidReceipt",
     "NotAllowed",
     "Outcome",
+    "Receipt",
     "ResumeError",
     "Settings",
     "Status",
     "UnknownApproval",
     "idempotency_key",
+    "receipt",
     "requires_approval",
     "run_agent",
+    "verify_receipt",
     "wait",
 ]

@@ -85,6 +85,19 @@ class Settings:
     log_format: str = "text"
     #: Seconds a finished run's outcome stays in Redis for ``approvals.wait`` and ``result``.
     result_ttl: int = 7 * 24 * 3600
+    #: Path of the Ed25519 private key (PEM, PKCS#8) the bot and the CLI sign receipts with.
+    #: Never set it for workers: a worker that cannot sign cannot mint a receipt.
+    signing_key: str | None = None
+    #: Paths of older public keys (PEM) still published while a key rotation settles.
+    verify_keys: tuple[str, ...] = ()
+    #: Seconds a receipt stays valid after the decision that released its call.
+    receipt_ttl: int = 600
+    #: Where every state change is posted, signed per Standard Webhooks.
+    webhook_urls: tuple[str, ...] = ()
+    #: The Standard Webhooks secret (``whsec_...``) webhook bodies are signed with.
+    webhook_secret: str | None = None
+    #: Seconds an approval's audit trail is kept (0: kept until deleted by hand).
+    audit_ttl: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -120,6 +133,12 @@ class Settings:
             maintenance_interval=_int(env, "APPROVALS_MAINTENANCE_INTERVAL", 5),
             log_format=log_format,
             result_ttl=_int(env, "APPROVALS_RESULT_TTL", 7 * 24 * 3600),
+            signing_key=env.get("APPROVALS_SIGNING_KEY") or None,
+            verify_keys=_csv(env.get("APPROVALS_VERIFY_KEYS")),
+            receipt_ttl=int(_number(env, "APPROVALS_RECEIPT_TTL", 600, low=1)),
+            webhook_urls=_csv(env.get("APPROVALS_WEBHOOK_URLS")),
+            webhook_secret=_webhook_secret(env),
+            audit_ttl=int(_number(env, "APPROVALS_AUDIT_TTL", 0, low=0)),
         )
 
     def require(self, *names: str) -> None:
@@ -127,6 +146,17 @@ class Settings:
         for name in names:
             if not getattr(self, _ATTRIBUTE_OF[name]):
                 raise ConfigError(f"missing required setting {name}: {_WHY[name]}")
+
+
+def _webhook_secret(env: Mapping[str, str]) -> str | None:
+    """``APPROVALS_WEBHOOK_SECRET``; refused at start-up when URLs are set without it, so
+    that no receiver ever gets an unsigned body."""
+    secret = env.get("APPROVALS_WEBHOOK_SECRET") or None
+    if secret is not None and not secret.startswith("whsec_"):
+        raise ConfigError("APPROVALS_WEBHOOK_SECRET must be a Standard Webhooks secret (whsec_...)")
+    if secret is None and _csv(env.get("APPROVALS_WEBHOOK_URLS")):
+        raise ConfigError("APPROVALS_WEBHOOK_URLS is set: set APPROVALS_WEBHOOK_SECRET too")
+    return secret
 
 
 def _with_slash(url: str) -> str:

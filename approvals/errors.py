@@ -10,7 +10,8 @@ ApprovalsError
 ├── AlreadyVoted         this person already approved; the quorum needs others
 ├── InvalidArguments     edited arguments do not match the tool's JSON schema
 ├── ResumeError          the worker cannot resume (tool not importable, model unknown...)
-└── ToolAlreadyStarted   an earlier attempt started the gated tool: a person decides on Retry
+├── ToolAlreadyStarted   an earlier attempt started the gated tool: a person decides on Retry
+└── InvalidReceipt       a receipt does not prove what its bearer claims (the message says why)
 """
 
 from __future__ import annotations
@@ -80,3 +81,12 @@ class ResumeError(ApprovalsError):
 
 class ToolAlreadyStarted(ApprovalsError):
     """An earlier attempt of this resume started the gated tool; it must not run again."""
+
+
+class InvalidReceipt(ApprovalsError):
+    """A receipt does not prove that this call was released: its message says why.
+
+    Raised by ``verify_receipt`` for another tool, other arguments, an expired or not yet
+    valid receipt, an unknown key, a bad signature, a replay, or a decision no person made
+    when one is required.
+    """

@@ -205,6 +205,8 @@ class Approval:
     #: When the gated tool started and finished in the worker (None: not yet, or never).
     tool_started_at: float | None = None
     tool_finished_at: float | None = None
+    #: The signed receipt of the decision that released the call (``approvals.receipts``).
+    receipt: str | None = None
 
     @property
     def tool(self) -> ToolRef:
@@ -225,6 +227,7 @@ class Approval:
             "votes",
             "tool_started_at",
             "tool_finished_at",
+            "receipt",
         )
         for mutable in mutable_fields:
             data.pop(mutable)

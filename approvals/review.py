@@ -16,7 +16,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, UnknownType
 from referencing.exceptions import Unresolvable
 
-from approvals import outcomes, queue, store
+from approvals import outcomes, queue, receipts, store
 from approvals.config import Settings
 from approvals.errors import (
     AlreadyDecided,
@@ -186,7 +186,8 @@ def decide(
         )
         if not won.ok:
             _lost(conn, approval_id, actor, won.previous, won.decided_by)
-    else:
+    approvers: tuple[str, ...] = (actor,)
+    if kind is not DecisionKind.REJECT:
         required = approval.policy.approvals_required if kind is DecisionKind.APPROVE else 1
         vote = store.vote(conn, approval_id, kind.status, actor, required, encoded)
         if vote.outcome == "lost":
@@ -196,7 +197,8 @@ def decide(
         if vote.outcome == "counted":
             store.audit(conn, approval_id, "approval_counted", actor, count=vote.count)
             return store.load(conn, approval_id)
-    _after_decision(conn, settings, approval, decision)
+        approvers = vote.voters or approvers
+    _after_decision(conn, settings, approval, decision, approvers)
     return store.load(conn, approval_id)
 
 
@@ -237,10 +239,14 @@ def retry(
     check_may_decide(conn, settings, approval, actor, members_of)
     # Clearing the marks in the same step lets the new attempt start the tool once more.
     fields = {"tool_started": "", "tool_finished": "", "retried_by": actor}
+    # A fresh receipt: the first one may have expired while the run was interrupted.
+    signed = _receipt(settings, approval, approval.decision, approval.votes or None)
     target = approval.decision.kind.status
-    if not store.transition(conn, approval_id, target, fields, sources=[Status.INTERRUPTED]).ok:
+    if not store.transition(
+        conn, approval_id, target, fields | signed, sources=[Status.INTERRUPTED]
+    ).ok:
         raise NotAllowed("someone else retried it first")
-    store.audit(conn, approval_id, "retried", actor)
+    store.audit(conn, approval_id, "retried", actor, receipt=signed.get("receipt", ""))
     queue.enqueue_resume(conn, settings, approval_id, again=True)
     return store.load(conn, approval_id)
 
@@ -287,10 +293,41 @@ def _lost(
     raise AlreadyDecided(approval_id, previous, decided_by)
 
 
+def _receipt(
+    settings: Settings,
+    approval: Approval,
+    decision: Decision,
+    approvers: tuple[str, ...] | None = None,
+) -> dict[str, str]:
+    """``{"receipt": token}`` for a decision that releases the call, signed with
+    ``APPROVALS_SIGNING_KEY``; empty without a key (the gated tool then gets no receipt,
+    and a service that requires one refuses the call: it fails closed)."""
+    if settings.signing_key is None or not decision.kind.runs_tool:
+        return {}
+    token = receipts.sign_receipt(
+        settings.signing_key,
+        approval_id=approval.id,
+        tool=approval.tool_name,
+        arguments=decision.arguments if decision.arguments is not None else approval.arguments,
+        tool_call_id=approval.tool_call_id,
+        decision=decision.kind.value,
+        approvers=approvers or (decision.actor,),
+        requested_by=approval.requested_by,
+        agent=approval.agent,
+        ttl=settings.receipt_ttl,
+    )
+    return {"receipt": token}
+
+
 def _after_decision(
-    conn: redis.Redis, settings: Settings, approval: Approval, decision: Decision
+    conn: redis.Redis,
+    settings: Settings,
+    approval: Approval,
+    decision: Decision,
+    approvers: tuple[str, ...] = (),
 ) -> None:
-    """Audit the decision and resume the agent (unless the gate stops the run)."""
+    """Audit the decision, with its receipt, and resume the agent (unless the gate stops
+    the run). The decider signs here: it is the process that witnessed the decision."""
     details: dict[str, Any] = {"reason": decision.reason or ""}
     if decision.kind is DecisionKind.EDIT:
         details.update(proposed=approval.arguments, approved=decision.arguments)
@@ -302,9 +339,10 @@ def _after_decision(
         store.audit(conn, approval.id, "run_stopped", SYSTEM_ACTOR, reason="on_reject=stop")
         outcomes.finish_run(conn, settings, store.load(conn, approval.id))
         return
-    # One round trip for both: the resume job is what the clicker is waiting for.
-    pipe = conn.pipeline()
-    pipe.multi()  # explicit, so RQ's enqueue(pipeline=...) joins this transaction
-    store.audit(pipe, approval.id, decision.kind.status.value, decision.actor, **details)
-    queue.enqueue_resume(conn, settings, approval.id, pipeline=pipe)
-    pipe.execute()
+    signed = _receipt(settings, approval, decision, approvers)
+    # The receipt is stored with its audit entry, before the resume job that hands it on; a
+    # decider that dies in between leaves a decision whose resume recovery queues later.
+    kind = decision.kind.status.value
+    details.update(signed)
+    store.audit(conn, approval.id, kind, decision.actor, fields=signed, **details)
+    queue.enqueue_resume(conn, settings, approval.id)
