@@ -161,10 +161,17 @@ def retry_one(settings: Settings, approval_id: str) -> None:
 
 @cli.command(name="show")
 @click.argument("approval_id")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Check the audit chain and its receipts' signatures; exit 1 if not.",
+)
 @pass_settings
-def show_one(settings: Settings, approval_id: str) -> None:
+def show_one(settings: Settings, approval_id: str, verify: bool) -> None:
     """Print an approval's record and its audit trail."""
     conn = store.connect(settings)
+    if verify:
+        _verify_trail(settings, conn, approval_id)
     approval = store.load(conn, approval_id)
     click.echo(json.dumps({**_summary(approval), **approval.record()}, indent=2, default=str))
     for event in store.audit_trail(conn, approval_id):
@@ -198,6 +205,21 @@ def result_show(settings: Settings, some_id: str, as_json: bool) -> None:
         click.echo(f"  {call.pause_id}  {call.tool} {json.dumps(call.arguments)}  {who}")
 
 
+def _verify_trail(settings: Settings, conn: Any, approval_id: str) -> None:
+    """``show --verify``: the verdict first, then the record as usual (exit 1 when broken)."""
+    from approvals import audit, keys
+
+    store.load(conn, approval_id)  # an unknown id is refused, not "0 entries, fine"
+    check = audit.check_trail(conn, approval_id, keys.jwks(settings))
+    for problem in check.problems:
+        click.echo(f"BROKEN  {problem}", err=True)
+    if not check.ok:
+        raise click.ClickException(f"the audit trail of {approval_id} does not verify")
+    click.echo(
+        f"verified: {check.entries} audit entries chained, {check.receipts} receipt(s) signed"
+    )
+
+
 def _decide(settings: Settings, approval_id: str, kind: DecisionKind, reason: str | None) -> None:
     conn = store.connect(settings)
     approval = decide(
@@ -228,6 +250,138 @@ def _age(seconds: float) -> str:
 
 cli.add_command(dev_run)
 cli.add_command(demo_run)
+
+
+@cli.group(name="keys")
+def keys_group() -> None:
+    """Manage the Ed25519 keys receipts are signed with (APPROVALS_SIGNING_KEY)."""
+
+
+@keys_group.command(name="generate")
+@click.argument("path", type=click.Path(dir_okay=False))
+@pass_settings
+def keys_generate(settings: Settings, path: str) -> None:
+    """Write a new private key to PATH (PEM, PKCS#8, mode 600) and print its kid."""
+    from approvals import keys
+
+    click.echo(keys.generate_key(path))
+
+
+@keys_group.command(name="rotate")
+@click.argument("new_path", type=click.Path(dir_okay=False))
+@pass_settings
+def keys_rotate(settings: Settings, new_path: str) -> None:
+    """Start signing with a new key at NEW_PATH; the current one keeps verifying.
+
+    Writes the current key's public half next to it (``<key>.pub.pem``) and prints the
+    settings to deploy: remove that file from APPROVALS_VERIFY_KEYS to retire the old key,
+    once its last receipts have expired.
+    """
+    from approvals import keys
+
+    settings.require("APPROVALS_SIGNING_KEY")
+    assert settings.signing_key is not None
+    public = settings.signing_key + ".pub.pem"
+    old_kid = keys.write_public_key(settings.signing_key, public)
+    new_kid = keys.generate_key(new_path)
+    verify = ",".join(dict.fromkeys([public, *settings.verify_keys]))
+    click.echo(f"new key {new_kid}; {old_kid} still verifies. Deploy to the bot and the CLI:")
+    click.echo(f"APPROVALS_SIGNING_KEY={new_path}")
+    click.echo(f"APPROVALS_VERIFY_KEYS={verify}")
+
+
+@keys_group.command(name="jwks")
+@pass_settings
+def keys_jwks(settings: Settings) -> None:
+    """Print the public keys as a JWKS document (what /.well-known/jwks.json serves)."""
+    from approvals import keys
+
+    click.echo(json.dumps(keys.jwks(settings), indent=2))
+
+
+@cli.group(name="receipt")
+def receipt_group() -> None:
+    """Inspect the signed receipts of released calls."""
+
+
+@receipt_group.command(name="verify")
+@click.argument("token")
+@click.option("--args", "arguments", required=True, help="The call's arguments, as JSON.")
+@click.option("--tool", default=None, help="The tool being called (default: the one it names).")
+@click.option("--require-person", is_flag=True, help="Refuse a call a grant or rule released.")
+@click.option(
+    "--jwks",
+    "jwks_file",
+    type=click.File(),
+    default=None,
+    help="A JWKS file to check against (default: this deployment's keys).",
+)
+@pass_settings
+def receipt_verify(
+    settings: Settings,
+    token: str,
+    arguments: str,
+    tool: str | None,
+    require_person: bool,
+    jwks_file: Any,
+) -> None:
+    """Explain a receipt and check it against ARGS; exit 1, with the reason, if it fails."""
+    from approvals import keys, receipts
+
+    claims = receipts.unverified_claims(token)
+    for name, value in claims.items():
+        click.echo(f"{name:<13} {json.dumps(value, ensure_ascii=False)}")
+    try:
+        parsed = json.loads(arguments)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--args") from None
+    jwks = json.load(jwks_file) if jwks_file is not None else keys.jwks(settings)
+    receipts.verify_receipt(
+        token,
+        tool=tool or str(claims.get("tool", "")),
+        arguments=parsed,
+        keys=jwks,
+        require_person=require_person,
+    )
+    click.echo("valid: signed by a known key, for these arguments, and not expired")
+
+
+@cli.group(name="audit")
+def audit_group() -> None:
+    """Read the audit trails."""
+
+
+@audit_group.command(name="export")
+@click.option(
+    "--since",
+    required=True,
+    help="Entries written at or after this time: ISO-8601 (2026-01-31T00:00:00Z) or epoch seconds.",
+)
+@click.option(
+    "--format", "output", type=click.Choice(["ndjson"]), default="ndjson", show_default=True
+)
+@pass_settings
+def audit_export(settings: Settings, since: str, output: str) -> None:
+    """Print audit entries for a SIEM: one JSON object per line, with its chain hash."""
+    from approvals import audit
+
+    for entry in audit.export(store.connect(settings), _epoch(since)):
+        click.echo(json.dumps(entry, ensure_ascii=False))
+
+
+def _epoch(value: str) -> float:
+    """Epoch seconds from ISO-8601 (naive means UTC) or a number."""
+    from datetime import UTC, datetime
+
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter("use ISO-8601 or epoch seconds", param_hint="--since") from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 @cli.command(name="doctor")

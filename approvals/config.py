@@ -169,8 +169,10 @@ _ATTRIBUTE_OF = {
     "SLACK_APP_TOKEN": "slack_app_token",
     "APPROVALS_CHANNEL": "channel",
     "APPROVALS_TOOL_MODULES": "tool_modules",
+    "APPROVALS_SIGNING_KEY": "signing_key",
 }
 _WHY = {
+    "APPROVALS_SIGNING_KEY": "the path of the Ed25519 private key receipts are signed with",
     "SLACK_BOT_TOKEN": "the bot token (xoxb-...) from the Slack app's OAuth page",
     "SLACK_SIGNING_SECRET": "the signing secret from the Slack app's Basic Information page",
     "SLACK_APP_TOKEN": "an app-level token (xapp-...) with connections:write, for Socket Mode",

@@ -9,6 +9,7 @@ exits. Every process builds its own Bolt app, Redis and Slack clients after the 
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -21,6 +22,7 @@ from gunicorn.app.base import BaseApplication
 from slack_bolt import App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 
+from approvals import keys
 from approvals.config import Settings
 from bot.app import WORK_THREADS, create_app
 
@@ -28,6 +30,8 @@ log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
 HEALTH_PATH = "/healthz"
+#: Where verifiers of receipts fetch the public keys (RFC 8615's well-known location).
+JWKS_PATH = "/.well-known/jwks.json"
 #: Slack's largest payloads (views) are 250 kB; anything much bigger is not from Slack.
 MAX_BODY_BYTES = 1024 * 1024
 #: Connections the kernel holds while every thread is busy: a burst of clicks waits, not drops.
@@ -41,15 +45,19 @@ MALFORMED = (AttributeError, LookupError, RecursionError, TypeError, ValueError)
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-def wsgi_app(app: App) -> WSGIApp:
-    """Bolt's WSGI adapter at ``/slack/events``, a ``/healthz`` for load balancers, and a
-    400 for what Bolt cannot parse or what is too big to be from Slack."""
+def wsgi_app(app: App, jwks: bytes = b'{"keys": []}') -> WSGIApp:
+    """Bolt's WSGI adapter at ``/slack/events``, a ``/healthz`` for load balancers, the
+    receipts' public keys at ``/.well-known/jwks.json``, and a 400 for what Bolt cannot
+    parse or what is too big to be from Slack."""
     handler = SlackRequestHandler(app, EVENTS_PATH)
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if environ.get("PATH_INFO") == HEALTH_PATH:
             start_response("200 OK", [("Content-Type", "text/plain")])
             return [b"ok"]
+        if environ.get("PATH_INFO") == JWKS_PATH and environ.get("REQUEST_METHOD") == "GET":
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [jwks]
         if int(environ.get("CONTENT_LENGTH") or 0) > MAX_BODY_BYTES:
             start_response("413 Content Too Large", [("Content-Type", "text/plain")])
             return [b"request too large"]
@@ -105,7 +113,8 @@ class HttpServer(BaseApplication):  # type: ignore[misc]
     def load(self) -> WSGIApp:
         """In each worker process, after the fork: its own app, clients and work threads."""
         self.executor = ThreadPoolExecutor(WORK_THREADS, "listener-work")
-        return wsgi_app(create_app(self.settings, executor=self.executor))
+        jwks = json.dumps(keys.jwks(self.settings)).encode()
+        return wsgi_app(create_app(self.settings, executor=self.executor), jwks)
 
     def _drain(self, arbiter: Any, worker: Any) -> None:
         """The process is stopping: let the work its requests started finish first."""

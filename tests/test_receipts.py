@@ -4,15 +4,29 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 
 import jwt
 import pytest
 
-from approvals import InvalidReceipt, keys, receipts, verify_receipt
+from approvals import InvalidReceipt, keys, receipts, run_agent, store, verify_receipt
 from approvals.config import Settings
+from approvals.models import Status
 from approvals.receipts import DecidedBy
+from tests.agents.downstream_tools import call_service, delete_row
+from tests.agents.scripted import calls, say, script
+from tests.downstream import Downstream, fetch_jwks
+from tests.e2e import card_of, click, submit_edit, wait_status
+from tests.processes import (
+    approvals_command,
+    bot_url,
+    start_bot,
+    start_worker,
+    wait_for_workers,
+)
 
 ARGS = {"path": "/srv/data/old.csv", "force": False}
 
@@ -24,20 +38,21 @@ def key_path(tmp_path: Path) -> str:
     return str(path)
 
 
+_CLAIMS: dict[str, object] = {
+    "approval_id": "a1b2c3",
+    "tool": "delete_path",
+    "arguments": ARGS,
+    "tool_call_id": "tc_1",
+    "decision": "approve",
+    "approvers": ["UALICE"],
+    "requested_by": "UBOB",
+    "agent": "cleanup-bot",
+    "ttl": 600,
+}
+
+
 def _sign(key_path: str, **overrides: object) -> str:
-    claims: dict[str, object] = {
-        "approval_id": "a1b2c3",
-        "tool": "delete_path",
-        "arguments": ARGS,
-        "tool_call_id": "tc_1",
-        "decision": "approve",
-        "approvers": ["UALICE"],
-        "requested_by": "UBOB",
-        "agent": "cleanup-bot",
-        "ttl": 600,
-    }
-    claims.update(overrides)
-    return receipts.sign_receipt(key_path, **claims)  # type: ignore[arg-type]
+    return receipts.sign_receipt(key_path, **{**_CLAIMS, **overrides})  # type: ignore[arg-type]
 
 
 def _jwks(*paths: str) -> dict[str, object]:
@@ -174,3 +189,103 @@ def test_a_key_is_never_overwritten(key_path):
     with pytest.raises(Exception, match="exists already"):
         keys.generate_key(key_path)
     assert Path(key_path).stat().st_mode & 0o777 == 0o600
+
+
+# --- end to end: the bot signs, the worker hands it on, a real service checks it -------------
+
+
+@pytest.fixture
+def acting(env, tmp_path, conn, monkeypatch):
+    """A data service, and a bot holding the signing key with a worker that does not."""
+    key = str(tmp_path / "signing.pem")
+    keys.generate_key(key)
+    service = Downstream(jwks={"keys": []}, replays=conn).start()
+    monkeypatch.setenv("DOWNSTREAM_URL", service.url)
+    run_env = {**env, "DOWNSTREAM_URL": service.url, "APPROVALS_TOOL_MODULES": "tests.agents"}
+    bot = start_bot(run_env, tmp_path / "bot.log", {"APPROVALS_SIGNING_KEY": key})
+    worker = start_worker(run_env, tmp_path / "worker.log", f"w-receipts-{time.monotonic_ns()}")
+    try:
+        url = bot_url(bot)
+        wait_for_workers(run_env, [worker], 1)
+        service.jwks = fetch_jwks(url)  # GET /.well-known/jwks.json on the bot
+        assert service.jwks == keys.jwks(Settings(signing_key=key))
+        yield url, service, worker
+    finally:
+        for process in (bot, worker):
+            process.stop()
+        service.stop()
+
+
+def _pause(env, row: str = "u-7") -> str:
+    prompt = script(calls(("delete_row", {"table": "users", "row": row})), say("{results}"))
+    outcome = run_agent("scripted", prompt, tools=[delete_row], agent="db-bot", requested_by="UBOB")
+    assert outcome.pause_id is not None
+    return outcome.pause_id
+
+
+def test_a_call_approved_in_slack_is_accepted_by_the_service(acting, slack, env, conn):
+    """Approve in Slack: the tool's receipt deletes the row; presenting it again is a replay."""
+    bot, service, _ = acting
+    pause_id = _pause(env)
+    click(slack, bot, "approve", pause_id, "UALICE", card_of(slack, pause_id).ts)
+    wait_status(conn, pause_id, Status.COMPLETED)
+    assert service.deleted == [{"table": "users", "row": "u-7"}]
+    first = service.answers[-1]
+    assert (first.status, first.text) == (200, "deleted u-7 for UALICE")
+    receipt = verify_receipt(
+        first.token, tool="delete_row", arguments=first.arguments, keys=service.jwks
+    )
+    assert (receipt.approval_id, receipt.decision, receipt.requested_by) == (
+        pause_id,
+        "approve",
+        "UBOB",
+    )
+    assert store.load(conn, pause_id).receipt == first.token
+    replayed = call_service(first.arguments, first.token)
+    assert replayed.startswith("403") and "used already" in replayed
+    assert call_service(first.arguments, None).startswith("401")
+    assert len(service.deleted) == 1
+
+
+def test_an_edited_call_succeeds_only_with_the_edited_receipt(acting, slack, env, conn):
+    """After an edit the receipt names the edited arguments: the proposed ones are refused."""
+    _, service, _ = acting
+    bot = acting[0]
+    pause_id = _pause(env, row="u-1")
+    card_of(slack, pause_id)
+    submit_edit(bot, pause_id, {"row": "u-2"})
+    wait_status(conn, pause_id, Status.COMPLETED)
+    assert service.deleted == [{"table": "users", "row": "u-2"}]
+    token = service.answers[-1].token
+    assert token is not None
+    refused = call_service({"table": "users", "row": "u-1"}, token)
+    assert refused.startswith("403") and "arguments differ" in refused
+    assert jwt.decode(token, options={"verify_signature": False})["decision"] == "edit"
+
+
+def test_a_receipt_a_tool_forges_with_its_own_key_is_refused(acting, tmp_path):
+    """Whoever lacks the bot's key (a compromised worker or tool) cannot mint a receipt."""
+    _, service, _ = acting
+    own = str(tmp_path / "attacker.pem")
+    keys.generate_key(own)
+    forged = receipts.sign_receipt(
+        own, **{**_CLAIMS, "tool": "delete_row", "arguments": {"table": "users", "row": "u-9"}}
+    )
+    answer = call_service({"table": "users", "row": "u-9"}, forged)
+    assert answer.startswith("403") and "unknown key" in answer
+    assert service.deleted == []
+
+
+def test_a_worker_refuses_to_start_holding_the_signing_key(env, tmp_path):
+    """The worker never holds the key: given one, it stops at start-up and says why."""
+    key = str(tmp_path / "k.pem")
+    keys.generate_key(key)
+    run = subprocess.run(
+        approvals_command("worker", "--burst"),
+        env={**os.environ, **env, "APPROVALS_SIGNING_KEY": key},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1
+    assert "only the bot and the CLI may hold it" in run.stderr

@@ -29,6 +29,7 @@ from rq.worker_pool import WorkerPool
 import worker.jobs  # imported here, once: forked work-horses inherit it
 from approvals import deadlines, store
 from approvals.config import Settings
+from approvals.errors import ConfigError
 from approvals.logs import configure_logging
 from approvals.plugins import load_plugins, warm_models
 from approvals.queue import get_queue
@@ -120,6 +121,8 @@ def _prepare(settings: Settings) -> None:
     background thread could ask for a model.
     """
     settings.require("SLACK_BOT_TOKEN", "APPROVALS_TOOL_MODULES")
+    if settings.signing_key:  # a worker that can sign could mint receipts for its own tools
+        raise ConfigError("APPROVALS_SIGNING_KEY is set: only the bot and the CLI may hold it")
     load_plugins(settings)
     configure_logging(settings)
     _warm(settings)
