@@ -851,6 +851,27 @@ def expire_audit(conn: redis.Redis, approval_id: str, ttl: int) -> None:
     conn.expire(audit_key(approval_id), ttl)
 
 
+def webhook_failed(conn: redis.Redis, url: str) -> None:
+    """Note that a webhook receiver failed (kept from its first failure until it answers)."""
+    conn.hsetnx(WEBHOOK_FAILING_KEY, url, repr(time.time()))
+
+
+def webhook_answered(conn: redis.Redis, url: str) -> None:
+    conn.hdel(WEBHOOK_FAILING_KEY, url)
+
+
+def webhooks_failing(conn: redis.Redis) -> dict[str, float]:
+    """Receiver URL -> since when it has failed, for every receiver failing now."""
+    raw = cast(dict[bytes, bytes], conn.hgetall(WEBHOOK_FAILING_KEY))
+    found = {}
+    for url, since in raw.items():
+        try:
+            found[_text(url)] = float(since)
+        except ValueError:
+            continue
+    return found
+
+
 def first_receipt_use(conn: redis.Redis, jti: str, ttl: int) -> bool:
     """Remember a receipt id for ``ttl`` seconds; False when it was remembered already."""
     return bool(conn.set(receipt_key(jti), b"1", nx=True, ex=ttl))

@@ -27,7 +27,7 @@ from rq.worker import BaseWorker
 from rq.worker_pool import WorkerPool
 
 import worker.jobs  # imported here, once: forked work-horses inherit it
-from approvals import deadlines, store
+from approvals import deadlines, store, webhooks
 from approvals.config import Settings
 from approvals.errors import ConfigError
 from approvals.logs import configure_logging
@@ -146,12 +146,14 @@ def _warm(settings: Settings) -> None:
 def _start_background(settings: Settings) -> None:
     """Every worker, in the background: sweep due deadlines into jobs, several times a second,
     and, every maintenance interval, look for resumes whose worker died, decisions whose
-    resume was never queued and ended runs whose ``on_finish`` was never queued. Each is
-    atomic in Redis or idempotent, so workers never act twice on one of them."""
+    resume was never queued and ended runs whose ``on_finish`` was never queued; and turn
+    the outbox of state changes into webhook jobs. Each is atomic in Redis or idempotent, so
+    workers never act twice on one of them."""
     _every("approvals-deadlines", deadlines.SWEEP_INTERVAL, settings, deadlines.sweep)
     _every("approvals-recovery", settings.maintenance_interval, settings, recover_dead_runs)
     _every("approvals-stranded", settings.maintenance_interval, settings, requeue_stranded)
     _every("approvals-unfinished", settings.maintenance_interval, settings, requeue_unfinished)
+    _every("approvals-webhooks", webhooks.DRAIN_INTERVAL, settings, webhooks.drain)
 
 
 def _every(
