@@ -64,6 +64,7 @@ def requires_approval(
     approver_groups: Iterable[str] | None = None,
     allow_self_approval: bool = False,
     approvals_required: int = 1,
+    webhook: str | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -80,6 +81,7 @@ def requires_approval(
     approver_groups: Iterable[str] | None = None,
     allow_self_approval: bool = False,
     approvals_required: int = 1,
+    webhook: str | None = None,
 ) -> F | Callable[[F], F]:
     """Mark a tool as needing approval; usable bare or with options.
 
@@ -96,6 +98,8 @@ def requires_approval(
             instead of ``APPROVERS`` / ``APPROVER_GROUPS``.
         allow_self_approval: the person the agent acts for (``requested_by``) may decide.
         approvals_required: distinct approvals needed; one rejection still ends it.
+        webhook: a URL that also receives this tool's state changes, signed with
+            ``APPROVALS_WEBHOOK_SECRET`` like those of ``APPROVALS_WEBHOOK_URLS``.
     """
     if approvals_required < 1:
         raise ValueError("approvals_required must be at least 1")
@@ -118,6 +122,7 @@ def requires_approval(
             editable=editable,
             reason_required=reason_required,
             on_reject=OnReject(on_reject),
+            webhook=webhook,
         ),
     )
 

@@ -118,6 +118,8 @@ class Policy:
     editable: tuple[str, ...] | None = None
     reason_required: bool = False
     on_reject: OnReject = OnReject.RESUME
+    #: A URL that receives this approval's state changes, besides ``APPROVALS_WEBHOOK_URLS``.
+    webhook: str | None = None
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,8 @@ class Approval:
         for mutable in mutable_fields:
             data.pop(mutable)
         data["policy"]["on_reject"] = self.policy.on_reject.value
+        if self.policy.webhook is None:  # most gates have none: not stored for each approval
+            del data["policy"]["webhook"]
         return data
 
     @property
@@ -373,6 +377,7 @@ def _policy_from_dict(data: Any) -> Policy:
         editable=_optional_strings(data, "editable"),
         reason_required=_get(data, "reason_required", bool),
         on_reject=_enum(OnReject, _get(data, "on_reject", str)),
+        webhook=_get(data, "webhook", str, optional=True),
     )
 
 

@@ -27,6 +27,7 @@ from standardwebhooks.webhooks import Webhook
 from approvals import queue, store
 from approvals.config import Settings
 from approvals.errors import ApprovalsError
+from approvals.models import Approval
 
 log = logging.getLogger(__name__)
 
@@ -99,11 +100,16 @@ def _dispatch(conn: redis.Redis, settings: Settings, raw: bytes) -> None:
         return  # not ours (Redis is a trust boundary): dropped
     if settings.audit_ttl:
         store.expire_audit(conn, str(event["approval_id"]), settings.audit_ttl)
-    if not settings.webhook_urls:
+    if settings.webhook_secret is None:
+        return  # nowhere to send it: a body is never sent unsigned
+    approval = _approval(conn, str(event["approval_id"]))
+    receivers = receivers_of(settings, approval)
+    if not receivers:
         return
     message_id = str(event["id"])
-    conn.set(store.webhook_key(message_id), json.dumps(body_of(conn, event)), nx=True, ex=BODY_TTL)
-    for index, url in enumerate(settings.webhook_urls):
+    body = json.dumps(body_of(conn, event, approval))
+    conn.set(store.webhook_key(message_id), body, nx=True, ex=BODY_TTL)
+    for index, url in enumerate(receivers):
         job_id = f"webhook-{message_id}-{index}"
         if Job.exists(job_id, connection=conn):
             continue
@@ -119,6 +125,24 @@ def _dispatch(conn: redis.Redis, settings: Settings, raw: bytes) -> None:
         )
 
 
+def receivers_of(settings: Settings, approval: Approval | None) -> list[str]:
+    """``APPROVALS_WEBHOOK_URLS``, then the gate's ``webhook=`` (none without a secret:
+    a body is never sent unsigned)."""
+    if settings.webhook_secret is None:
+        return []
+    urls = list(settings.webhook_urls)
+    if approval is not None and approval.policy.webhook:
+        urls.append(approval.policy.webhook)
+    return list(dict.fromkeys(urls))
+
+
+def _approval(conn: redis.Redis, approval_id: str) -> Approval | None:
+    try:
+        return store.load(conn, approval_id)
+    except ApprovalsError:
+        return None
+
+
 def _event(raw: bytes | str) -> dict[str, Any] | None:
     try:
         event = json.loads(raw)
@@ -129,17 +153,17 @@ def _event(raw: bytes | str) -> dict[str, Any] | None:
     return event
 
 
-def body_of(conn: redis.Redis, event: dict[str, Any]) -> dict[str, Any]:
+def body_of(
+    conn: redis.Redis, event: dict[str, Any], approval: Approval | None = None
+) -> dict[str, Any]:
     """The webhook body of an outbox entry: the contract's fields, from the approval."""
     kind = str(event["event"])
     status = _STATUS.get(kind, str(event.get("status") or kind))
     webhook_type = _ENDED.get(status) if kind == "resume_finished" else _TYPES.get(kind)
     data: dict[str, Any] = {"id": event["approval_id"], "status": status}
     data.update(agent=None, tool=None, decision=None, receipt=None)
-    try:
-        approval = store.load(conn, str(event["approval_id"]))
-    except ApprovalsError:
-        approval = None
+    if approval is None:
+        approval = _approval(conn, str(event["approval_id"]))
     if approval is not None:
         data.update(agent=approval.agent, tool=approval.tool_name)
         if approval.decision is not None and kind != "paused":
@@ -160,13 +184,16 @@ def deliver(conn: redis.Redis, settings: Settings, message_id: str, url: str) ->
     Raises:
         DeliveryFailed: no 2xx answer; the receiver is noted as failing since its first.
     """
-    if url not in settings.webhook_urls or settings.webhook_secret is None:
-        log.warning("webhook %s: %s is not a configured receiver; not sent", message_id, url)
-        return "not configured"
     body = conn.get(store.webhook_key(message_id))
     if body is None:
         return "expired"
     payload = body.decode() if isinstance(body, bytes) else str(body)
+    approval_id = str(json.loads(payload).get("data", {}).get("id", ""))
+    if settings.webhook_secret is None or url not in receivers_of(
+        settings, _approval(conn, approval_id)
+    ):
+        log.warning("webhook %s: %s is not a configured receiver; not sent", message_id, url)
+        return "not configured"
     now = datetime.now(UTC)
     headers = {
         "Content-Type": "application/json",

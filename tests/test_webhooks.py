@@ -11,15 +11,18 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from rq.job import Job
+from rq.serializers import JSONSerializer
 from standardwebhooks.webhooks import Webhook
 
-from approvals import run_agent, store, webhooks
+from approvals import queue, run_agent, store, webhooks
 from approvals.config import Settings
 from approvals.doctor import Level, check_webhooks
-from approvals.models import Status
+from approvals.models import Policy, Status
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.e2e import card_of, click, wait_status
+from tests.factories import make_approval
 from tests.processes import bot_url, start_bot, start_worker, wait_for_workers, wait_until
 
 SECRET = "whsec_" + base64.b64encode(b"a test secret of 24 bytes").decode()
@@ -159,3 +162,26 @@ def test_the_body_follows_the_contract(env, conn):
     assert body["timestamp"].startswith("2023-11-14T22:13:20")
     assert set(body["data"]) == {"id", "status", "agent", "tool", "decision", "receipt"}
     assert json.dumps(body)
+
+
+def test_a_gates_own_webhook_receives_its_events(env, conn):
+    """``requires_approval(webhook=...)``: that URL gets the approval's events too, signed."""
+    receiver = Receiver(failures=0)
+    try:
+        settings = Settings.from_env({**env, "APPROVALS_WEBHOOK_SECRET": SECRET})
+        approval = make_approval(policy=Policy(webhook=receiver.url))
+        store.create(conn, approval, []).execute()
+        assert webhooks.drain(conn, settings) == 1
+        [job_id] = queue.get_queue(conn, settings).job_ids
+        message_id, url = Job.fetch(job_id, connection=conn, serializer=JSONSerializer).args
+        assert url == receiver.url
+        assert webhooks.deliver(conn, settings, message_id, url) == "delivered (204)"
+        assert webhooks.deliver(conn, settings, message_id, "http://elsewhere/") == (
+            "not configured"
+        )
+        [(_, headers, body)] = receiver.requests
+        assert Webhook(SECRET).verify(body, headers)["data"]["id"] == approval.id
+        assert headers["webhook-id"] == message_id
+    finally:
+        receiver.server.shutdown()
+        receiver.server.server_close()
