@@ -221,6 +221,9 @@ def _verify_trail(settings: Settings, conn: Any, approval_id: str) -> None:
 
 
 def _decide(settings: Settings, approval_id: str, kind: DecisionKind, reason: str | None) -> None:
+    from approvals import keys
+
+    keys.public_keys(settings)  # an unreadable signing key stops here, before deciding
     conn = store.connect(settings)
     approval = decide(
         conn, settings, approval_id, kind, CLI_ACTOR_PREFIX + getpass.getuser(), reason=reason

@@ -7,6 +7,7 @@ through here, so a decision has the same rules and the same effects wherever it 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Collection
 from typing import Any
@@ -21,6 +22,7 @@ from approvals.config import Settings
 from approvals.errors import (
     AlreadyDecided,
     AlreadyVoted,
+    ConfigError,
     InvalidArguments,
     NotAllowed,
     UnknownApproval,
@@ -34,6 +36,8 @@ from approvals.models import (
     Status,
     decision_to_dict,
 )
+
+log = logging.getLogger(__name__)
 
 CLI_ACTOR_PREFIX = "cli:"
 SYSTEM_ACTOR = "system"
@@ -304,8 +308,23 @@ def _receipt(
     and a service that requires one refuses the call: it fails closed)."""
     if settings.signing_key is None or not decision.kind.runs_tool:
         return {}
-    token = receipts.sign_receipt(
-        settings.signing_key,
+    try:
+        token = _sign(settings.signing_key, settings, approval, decision, approvers)
+    except ConfigError:  # the key file went missing since start-up: no receipt, logged
+        log.exception("could not sign the receipt of approval %s", approval.id)
+        return {}
+    return {"receipt": token}
+
+
+def _sign(
+    key: str,
+    settings: Settings,
+    approval: Approval,
+    decision: Decision,
+    approvers: tuple[str, ...] | None,
+) -> str:
+    return receipts.sign_receipt(
+        key,
         approval_id=approval.id,
         tool=approval.tool_name,
         arguments=decision.arguments if decision.arguments is not None else approval.arguments,
@@ -316,7 +335,6 @@ def _receipt(
         agent=approval.agent,
         ttl=settings.receipt_ttl,
     )
-    return {"receipt": token}
 
 
 def _after_decision(

@@ -7,8 +7,10 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from approvals import keys, receipts
+from approvals import keys, receipts, store
 from approvals.cli import cli
+from approvals.models import Status
+from tests.factories import make_approval
 
 
 def _invoke(*args: str, env: dict[str, str] | None = None):
@@ -66,3 +68,14 @@ def test_receipt_verify_explains_and_says_why_it_fails(tmp_path: Path):
     assert "arguments differ" in bad.output
     other = _invoke("receipt", "verify", token, "--args", '{"path": "a"}', "--tool", "rm", env=env)
     assert other.exit_code == 1 and "not 'rm'" in other.output
+
+
+def test_an_unreadable_signing_key_stops_the_cli_before_it_decides(env, conn, tmp_path: Path):
+    """Fail closed and early: no decision is recorded that no receipt could back."""
+    approval = make_approval()
+    store.create(conn, approval, []).execute()
+    missing = {"APPROVALS_SIGNING_KEY": str(tmp_path / "nowhere.pem")}
+    refused = _invoke("approve", approval.id, env=missing)
+    assert refused.exit_code == 1
+    assert "cannot read key" in refused.output
+    assert store.load(conn, approval.id).status is Status.PENDING
