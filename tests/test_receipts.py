@@ -12,14 +12,15 @@ from pathlib import Path
 import jwt
 import pytest
 
-from approvals import InvalidReceipt, keys, receipts, run_agent, store, verify_receipt
+from approvals import InvalidReceipt, keys, receipts, review, run_agent, store, verify_receipt
 from approvals.config import Settings
-from approvals.models import Status
+from approvals.models import DecisionKind, Policy, Status
 from approvals.receipts import DecidedBy
 from tests.agents.downstream_tools import call_service, delete_row
 from tests.agents.scripted import calls, say, script
 from tests.downstream import Downstream, fetch_jwks
 from tests.e2e import card_of, click, submit_edit, wait_status
+from tests.factories import make_approval
 from tests.processes import (
     approvals_command,
     bot_url,
@@ -289,3 +290,56 @@ def test_a_worker_refuses_to_start_holding_the_signing_key(env, tmp_path):
     )
     assert run.returncode == 1
     assert "only the bot and the CLI may hold it" in run.stderr
+
+
+# --- who the receipt names ----------------------------------------------------------------------
+
+
+def _decider(env, key_path) -> Settings:
+    return Settings.from_env({**env, "APPROVALS_SIGNING_KEY": key_path})
+
+
+def test_a_quorum_receipt_names_every_approver(env, conn, key_path):
+    """With approvals_required=2, the receipt is signed at the second approval, naming both."""
+    settings = _decider(env, key_path)
+    approval = make_approval(policy=Policy(approvals_required=2))
+    store.create(conn, approval, []).execute()
+    review.decide(conn, settings, approval.id, DecisionKind.APPROVE, "UALICE")
+    assert store.load(conn, approval.id).receipt is None  # one vote releases nothing
+    review.decide(conn, settings, approval.id, DecisionKind.APPROVE, "UBOB")
+    token = store.load(conn, approval.id).receipt
+    assert token is not None
+    receipt = verify_receipt(
+        token, tool="delete_path", arguments=approval.arguments, keys=keys.jwks(settings)
+    )
+    assert receipt.approvers == ("UALICE", "UBOB")
+
+
+def test_reject_and_respond_release_nothing_and_get_no_receipt(env, conn, key_path):
+    """Only a decision that runs the tool is signed."""
+    settings = _decider(env, key_path)
+    for kind, extra in ((DecisionKind.REJECT, {}), (DecisionKind.RESPOND, {"response": "no"})):
+        approval = make_approval(id=f"a{kind.value}")
+        store.create(conn, approval, []).execute()
+        review.decide(conn, settings, approval.id, kind, "UALICE", **extra)
+        assert store.load(conn, approval.id).receipt is None
+
+
+def test_a_retry_signs_a_fresh_receipt(env, conn, key_path):
+    """Retrying an interrupted run re-signs: the first receipt may have expired meanwhile."""
+    settings = _decider(env, key_path)
+    approval = make_approval()
+    store.create(conn, approval, []).execute()
+    review.decide(conn, settings, approval.id, DecisionKind.APPROVE, "UALICE")
+    first = store.load(conn, approval.id).receipt
+    store.transition(conn, approval.id, Status.RUNNING)
+    store.transition(conn, approval.id, Status.INTERRUPTED)
+    review.retry(conn, settings, approval.id, "UCAROL")
+    again = store.load(conn, approval.id).receipt
+    assert again is not None and again != first
+    claims = verify_receipt(
+        again, tool="delete_path", arguments=approval.arguments, keys=keys.jwks(settings)
+    )
+    assert claims.approvers == ("UALICE",)  # who approved these arguments
+    retried = [e for e in store.audit_trail(conn, approval.id) if e["event"] == "retried"]
+    assert retried[0]["receipt"] == again
