@@ -14,6 +14,7 @@ from approvals.errors import (
     CorruptRecord,
     GateError,
     InvalidArguments,
+    InvalidReceipt,
     NotAllowed,
     ResumeError,
     UnknownApproval,
@@ -21,6 +22,7 @@ from approvals.errors import (
 from approvals.gate import gate, idempotency_key, requires_approval
 from approvals.models import Approval, DecisionKind, Status
 from approvals.outcomes import wait
+from approvals.receipts import DecidedBy, Receipt, receipt, verify_receipt
 
 __all__ = [
     "AlreadyDecided",
@@ -28,19 +30,24 @@ __all__ = [
     "ApprovalsError",
     "ConfigError",
     "CorruptRecord",
+    "DecidedBy",
     "DecisionKind",
     "GateError",
     "InvalidArguments",
+    "InvalidReceipt",
     "NotAllowed",
     "Outcome",
+    "Receipt",
     "ResumeError",
     "Settings",
     "Status",
     "UnknownApproval",
     "gate",
     "idempotency_key",
+    "receipt",
     "requires_approval",
     "run_agent",
     "run_agent_async",
+    "verify_receipt",
     "wait",
 ]

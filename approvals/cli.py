@@ -175,10 +175,17 @@ def retry_one(settings: Settings, approval_id: str) -> None:
 
 @cli.command(name="show")
 @click.argument("approval_id")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Check the audit chain and its receipts' signatures; exit 1 if not.",
+)
 @pass_settings
-def show_one(settings: Settings, approval_id: str) -> None:
+def show_one(settings: Settings, approval_id: str, verify: bool) -> None:
     """Print an approval's record and its audit trail (from Redis, else the archive)."""
     conn = store.connect(settings)
+    if verify:
+        _verify_trail(settings, conn, approval_id)
     approval, trail = lookup.find_approval(conn, settings, approval_id)
     click.echo(json.dumps({**_summary(approval), **approval.record()}, indent=2, default=str))
     for event in trail:
@@ -242,15 +249,20 @@ def audit_export(settings: Settings, since: str, output: str) -> None:
 
 
 def _since(text: str, now: float) -> float:
-    """``--since`` as epoch seconds."""
+    """``--since`` as epoch seconds: an age, epoch seconds, or an ISO-8601 time (UTC when
+    it names no zone)."""
     units = {"m": 60, "h": 3600, "d": 86400}
     if text[-1:] in units and text[:-1].isdigit():
         return now - int(text[:-1]) * units[text[-1]]
     try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
         moment = datetime.datetime.fromisoformat(text)
     except ValueError:
         raise click.BadParameter(
-            f"{text!r} is neither a date, a time nor an age like 30d"
+            f"{text!r} is neither a date, a time, epoch seconds nor an age like 30d"
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
@@ -291,7 +303,25 @@ def archive_upgrade(settings: Settings) -> None:
     click.echo(f"archive at {safe_url(settings.archive_url)}: schema {revision}")
 
 
+def _verify_trail(settings: Settings, conn: Any, approval_id: str) -> None:
+    """``show --verify``: the verdict first, then the record as usual (exit 1 when broken)."""
+    from approvals import audit, keys
+
+    store.load(conn, approval_id)  # an unknown id is refused, not "0 entries, fine"
+    check = audit.check_trail(conn, approval_id, keys.jwks(settings))
+    for problem in check.problems:
+        click.echo(f"BROKEN  {problem}", err=True)
+    if not check.ok:
+        raise click.ClickException(f"the audit trail of {approval_id} does not verify")
+    click.echo(
+        f"verified: {check.entries} audit entries chained, {check.receipts} receipt(s) signed"
+    )
+
+
 def _decide(settings: Settings, approval_id: str, kind: DecisionKind, reason: str | None) -> None:
+    from approvals import keys
+
+    keys.public_keys(settings)  # an unreadable signing key stops here, before deciding
     conn = store.connect(settings)
     approval = decide(
         conn, settings, approval_id, kind, CLI_ACTOR_PREFIX + getpass.getuser(), reason=reason
@@ -321,6 +351,100 @@ def _age(seconds: float) -> str:
 
 cli.add_command(dev_run)
 cli.add_command(demo_run)
+
+
+@cli.group(name="keys")
+def keys_group() -> None:
+    """Manage the Ed25519 keys receipts are signed with (APPROVALS_SIGNING_KEY)."""
+
+
+@keys_group.command(name="generate")
+@click.argument("path", type=click.Path(dir_okay=False))
+@pass_settings
+def keys_generate(settings: Settings, path: str) -> None:
+    """Write a new private key to PATH (PEM, PKCS#8, mode 600) and print its kid."""
+    from approvals import keys
+
+    click.echo(keys.generate_key(path))
+
+
+@keys_group.command(name="rotate")
+@click.argument("new_path", type=click.Path(dir_okay=False))
+@pass_settings
+def keys_rotate(settings: Settings, new_path: str) -> None:
+    """Start signing with a new key at NEW_PATH; the current one keeps verifying.
+
+    Writes the current key's public half next to it (``<key>.pub.pem``) and prints the
+    settings to deploy: remove that file from APPROVALS_VERIFY_KEYS to retire the old key,
+    once its last receipts have expired.
+    """
+    from approvals import keys
+
+    settings.require("APPROVALS_SIGNING_KEY")
+    assert settings.signing_key is not None
+    public = settings.signing_key + ".pub.pem"
+    old_kid = keys.write_public_key(settings.signing_key, public)
+    new_kid = keys.generate_key(new_path)
+    verify = ",".join(dict.fromkeys([public, *settings.verify_keys]))
+    click.echo(f"new key {new_kid}; {old_kid} still verifies. Deploy to the bot and the CLI:")
+    click.echo(f"APPROVALS_SIGNING_KEY={new_path}")
+    click.echo(f"APPROVALS_VERIFY_KEYS={verify}")
+
+
+@keys_group.command(name="jwks")
+@pass_settings
+def keys_jwks(settings: Settings) -> None:
+    """Print the public keys as a JWKS document (what /.well-known/jwks.json serves)."""
+    from approvals import keys
+
+    click.echo(json.dumps(keys.jwks(settings), indent=2))
+
+
+@cli.group(name="receipt")
+def receipt_group() -> None:
+    """Inspect the signed receipts of released calls."""
+
+
+@receipt_group.command(name="verify")
+@click.argument("token")
+@click.option("--args", "arguments", required=True, help="The call's arguments, as JSON.")
+@click.option("--tool", default=None, help="The tool being called (default: the one it names).")
+@click.option("--require-person", is_flag=True, help="Refuse a call a grant or rule released.")
+@click.option(
+    "--jwks",
+    "jwks_file",
+    type=click.File(),
+    default=None,
+    help="A JWKS file to check against (default: this deployment's keys).",
+)
+@pass_settings
+def receipt_verify(
+    settings: Settings,
+    token: str,
+    arguments: str,
+    tool: str | None,
+    require_person: bool,
+    jwks_file: Any,
+) -> None:
+    """Explain a receipt and check it against ARGS; exit 1, with the reason, if it fails."""
+    from approvals import keys, receipts
+
+    claims = receipts.unverified_claims(token)
+    for name, value in claims.items():
+        click.echo(f"{name:<13} {json.dumps(value, ensure_ascii=False)}")
+    try:
+        parsed = json.loads(arguments)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--args") from None
+    jwks = json.load(jwks_file) if jwks_file is not None else keys.jwks(settings)
+    receipts.verify_receipt(
+        token,
+        tool=tool or str(claims.get("tool", "")),
+        arguments=parsed,
+        keys=jwks,
+        require_person=require_person,
+    )
+    click.echo("valid: signed by a known key, for these arguments, and not expired")
 
 
 @cli.command(name="doctor")

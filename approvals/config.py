@@ -104,6 +104,19 @@ class Settings:
     retention: int = 30 * 24 * 3600
     #: SQLAlchemy URL of the archive (``sqlite:///path``, ``postgresql://...``); None: none.
     archive_url: str | None = None
+    #: Path of the Ed25519 private key (PEM, PKCS#8) the bot and the CLI sign receipts with.
+    #: Never set it for workers: a worker that cannot sign cannot mint a receipt.
+    signing_key: str | None = None
+    #: Paths of older public keys (PEM) still published while a key rotation settles.
+    verify_keys: tuple[str, ...] = ()
+    #: Seconds a receipt stays valid after the decision that released its call.
+    receipt_ttl: int = 600
+    #: Where every state change is posted, signed per Standard Webhooks.
+    webhook_urls: tuple[str, ...] = ()
+    #: The Standard Webhooks secret (``whsec_...``) webhook bodies are signed with.
+    webhook_secret: str | None = None
+    #: Seconds an approval's audit trail is kept (0: kept until deleted by hand).
+    audit_ttl: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -145,6 +158,12 @@ class Settings:
             history_retention=_seconds(env, "APPROVALS_HISTORY_RETENTION", 7 * 24 * 3600),
             retention=_seconds(env, "APPROVALS_RETENTION", 30 * 24 * 3600),
             archive_url=env.get("APPROVALS_ARCHIVE_URL") or None,
+            signing_key=env.get("APPROVALS_SIGNING_KEY") or None,
+            verify_keys=_csv(env.get("APPROVALS_VERIFY_KEYS")),
+            receipt_ttl=int(_number(env, "APPROVALS_RECEIPT_TTL", 600, low=1)),
+            webhook_urls=_csv(env.get("APPROVALS_WEBHOOK_URLS")),
+            webhook_secret=_webhook_secret(env),
+            audit_ttl=int(_number(env, "APPROVALS_AUDIT_TTL", 0, low=0)),
         )
 
     def require(self, *names: str) -> None:
@@ -164,6 +183,17 @@ def _llm_log(raw: str | None) -> tuple[bool, str | None]:
     return True, value
 
 
+def _webhook_secret(env: Mapping[str, str]) -> str | None:
+    """``APPROVALS_WEBHOOK_SECRET``; refused at start-up when URLs are set without it, so
+    that no receiver ever gets an unsigned body."""
+    secret = env.get("APPROVALS_WEBHOOK_SECRET") or None
+    if secret is not None and not secret.startswith("whsec_"):
+        raise ConfigError("APPROVALS_WEBHOOK_SECRET must be a Standard Webhooks secret (whsec_...)")
+    if secret is None and _csv(env.get("APPROVALS_WEBHOOK_URLS")):
+        raise ConfigError("APPROVALS_WEBHOOK_URLS is set: set APPROVALS_WEBHOOK_SECRET too")
+    return secret
+
+
 def _with_slash(url: str) -> str:
     return url if url.endswith("/") else url + "/"
 
@@ -174,8 +204,10 @@ _ATTRIBUTE_OF = {
     "SLACK_APP_TOKEN": "slack_app_token",
     "APPROVALS_CHANNEL": "channel",
     "APPROVALS_TOOL_MODULES": "tool_modules",
+    "APPROVALS_SIGNING_KEY": "signing_key",
 }
 _WHY = {
+    "APPROVALS_SIGNING_KEY": "the path of the Ed25519 private key receipts are signed with",
     "SLACK_BOT_TOKEN": "the bot token (xoxb-...) from the Slack app's OAuth page",
     "SLACK_SIGNING_SECRET": "the signing secret from the Slack app's Basic Information page",
     "SLACK_APP_TOKEN": "an app-level token (xapp-...) with connections:write, for Socket Mode",

@@ -94,6 +94,8 @@ def _redis_checks(settings: Settings) -> list[Check]:
             ("memory", lambda: check_memory(conn)),
             ("retention", lambda: check_retention(conn, settings)),
         ]
+        if settings.webhook_urls:  # shown only where webhooks are in use
+            later.append(("webhooks", lambda: check_webhooks(conn, settings)))
         if first.level is Level.FAIL:
             return [first, *(_not_checked(name, "Redis") for name, _ in later)]
         return [first, *(_guarded(name, check) for name, check in later)]
@@ -321,6 +323,20 @@ def check_workers(conn: redis.Redis, settings: Settings) -> Check:
     names = ", ".join(sorted(f"{w.name} ({w.hostname}, {w.get_state()})" for w in workers))
     plural = "s" if len(workers) > 1 else ""
     return Check("workers", Level.OK, f"{len(workers)} worker{plural} on {settings.queue}: {names}")
+
+
+def check_webhooks(conn: redis.Redis, settings: Settings) -> Check:
+    """No webhook receiver has failed every delivery for a day (nothing waits on them, so
+    this is the only place a dead receiver shows)."""
+    from approvals import webhooks
+
+    if not settings.webhook_urls:
+        return Check("webhooks", Level.OK, "no webhook receivers configured")
+    failing = webhooks.failing_receivers(conn, webhooks.FAILING_REPORTED_AFTER)
+    if failing:
+        urls = ", ".join(safe_url(url) for url in sorted(failing))
+        return Check("webhooks", Level.WARN, f"failing for more than a day: {urls}")
+    return Check("webhooks", Level.OK, f"{len(settings.webhook_urls)} receiver(s) answering")
 
 
 def check_scheduler(conn: redis.Redis, settings: Settings) -> Check:

@@ -12,6 +12,7 @@ ApprovalsError
 ├── ResumeError          the worker cannot resume (tool not importable, model unknown...)
 ├── ToolAlreadyStarted   an earlier attempt started the gated tool: a person decides on Retry
 └── ArchiveError         the archive (APPROVALS_ARCHIVE_URL) is unreachable or not migrated
+└── InvalidReceipt       a receipt does not prove what its bearer claims (the message says why)
 """
 
 from __future__ import annotations
@@ -85,3 +86,12 @@ class ToolAlreadyStarted(ApprovalsError):
 
 class ArchiveError(ApprovalsError):
     """The archive cannot be used: unreachable, or its schema is not the newest."""
+
+
+class InvalidReceipt(ApprovalsError):
+    """A receipt does not prove that this call was released: its message says why.
+
+    Raised by ``verify_receipt`` for another tool, other arguments, an expired or not yet
+    valid receipt, an unknown key, a bad signature, a replay, or a decision no person made
+    when one is required.
+    """

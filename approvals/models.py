@@ -118,6 +118,8 @@ class Policy:
     editable: tuple[str, ...] | None = None
     reason_required: bool = False
     on_reject: OnReject = OnReject.RESUME
+    #: A URL that receives this approval's state changes, besides ``APPROVALS_WEBHOOK_URLS``.
+    webhook: str | None = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,8 @@ class Approval:
     #: When the gated tool started and finished in the worker (None: not yet, or never).
     tool_started_at: float | None = None
     tool_finished_at: float | None = None
+    #: The signed receipt of the decision that released the call (``approvals.receipts``).
+    receipt: str | None = None
 
     @property
     def tool(self) -> ToolRef:
@@ -238,10 +242,13 @@ class Approval:
             "votes",
             "tool_started_at",
             "tool_finished_at",
+            "receipt",
         )
         for mutable in mutable_fields:
             data.pop(mutable)
         data["policy"]["on_reject"] = self.policy.on_reject.value
+        if self.policy.webhook is None:  # most gates have none: not stored for each approval
+            del data["policy"]["webhook"]
         return data
 
     @property
@@ -408,6 +415,7 @@ def _policy_from_dict(data: Any) -> Policy:
         editable=_optional_strings(data, "editable"),
         reason_required=_get(data, "reason_required", bool),
         on_reject=_enum(OnReject, _get(data, "on_reject", str)),
+        webhook=_get(data, "webhook", str, optional=True),
     )
 
 

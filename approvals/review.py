@@ -7,6 +7,7 @@ through here, so a decision has the same rules and the same effects wherever it 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Collection
 from typing import Any
@@ -16,11 +17,12 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, UnknownType
 from referencing.exceptions import Unresolvable
 
-from approvals import outcomes, queue, store
+from approvals import outcomes, queue, receipts, store
 from approvals.config import Settings
 from approvals.errors import (
     AlreadyDecided,
     AlreadyVoted,
+    ConfigError,
     InvalidArguments,
     NotAllowed,
     UnknownApproval,
@@ -34,6 +36,8 @@ from approvals.models import (
     Status,
     decision_to_dict,
 )
+
+log = logging.getLogger(__name__)
 
 CLI_ACTOR_PREFIX = "cli:"
 SYSTEM_ACTOR = "system"
@@ -186,7 +190,8 @@ def decide(
         )
         if not won.ok:
             _lost(conn, approval_id, actor, won.previous, won.decided_by)
-    else:
+    approvers: tuple[str, ...] = (actor,)
+    if kind is not DecisionKind.REJECT:
         required = approval.policy.approvals_required if kind is DecisionKind.APPROVE else 1
         vote = store.vote(conn, approval_id, kind.status, actor, required, encoded)
         if vote.outcome == "lost":
@@ -196,7 +201,8 @@ def decide(
         if vote.outcome == "counted":
             store.audit(conn, approval_id, "approval_counted", actor, count=vote.count)
             return store.load(conn, approval_id)
-    _after_decision(conn, settings, approval, decision)
+        approvers = vote.voters or approvers
+    _after_decision(conn, settings, approval, decision, approvers)
     return store.load(conn, approval_id)
 
 
@@ -237,10 +243,14 @@ def retry(
     check_may_decide(conn, settings, approval, actor, members_of)
     # Clearing the marks in the same step lets the new attempt start the tool once more.
     fields = {"tool_started": "", "tool_finished": "", "retried_by": actor}
+    # A fresh receipt: the first one may have expired while the run was interrupted.
+    signed = _receipt(settings, approval, approval.decision, approval.votes or None)
     target = approval.decision.kind.status
-    if not store.transition(conn, approval_id, target, fields, sources=[Status.INTERRUPTED]).ok:
+    if not store.transition(
+        conn, approval_id, target, fields | signed, sources=[Status.INTERRUPTED]
+    ).ok:
         raise NotAllowed("someone else retried it first")
-    store.audit(conn, approval_id, "retried", actor)
+    store.audit(conn, approval_id, "retried", actor, receipt=signed.get("receipt", ""))
     queue.enqueue_resume(conn, settings, approval_id, again=True)
     return store.load(conn, approval_id)
 
@@ -287,10 +297,55 @@ def _lost(
     raise AlreadyDecided(approval_id, previous, decided_by)
 
 
+def _receipt(
+    settings: Settings,
+    approval: Approval,
+    decision: Decision,
+    approvers: tuple[str, ...] | None = None,
+) -> dict[str, str]:
+    """``{"receipt": token}`` for a decision that releases the call, signed with
+    ``APPROVALS_SIGNING_KEY``; empty without a key (the gated tool then gets no receipt,
+    and a service that requires one refuses the call: it fails closed)."""
+    if settings.signing_key is None or not decision.kind.runs_tool:
+        return {}
+    try:
+        token = _sign(settings.signing_key, settings, approval, decision, approvers)
+    except ConfigError:  # the key file went missing since start-up: no receipt, logged
+        log.exception("could not sign the receipt of approval %s", approval.id)
+        return {}
+    return {"receipt": token}
+
+
+def _sign(
+    key: str,
+    settings: Settings,
+    approval: Approval,
+    decision: Decision,
+    approvers: tuple[str, ...] | None,
+) -> str:
+    return receipts.sign_receipt(
+        key,
+        approval_id=approval.id,
+        tool=approval.tool_name,
+        arguments=decision.arguments if decision.arguments is not None else approval.arguments,
+        tool_call_id=approval.tool_call_id,
+        decision=decision.kind.value,
+        approvers=approvers or (decision.actor,),
+        requested_by=approval.requested_by,
+        agent=approval.agent,
+        ttl=settings.receipt_ttl,
+    )
+
+
 def _after_decision(
-    conn: redis.Redis, settings: Settings, approval: Approval, decision: Decision
+    conn: redis.Redis,
+    settings: Settings,
+    approval: Approval,
+    decision: Decision,
+    approvers: tuple[str, ...] = (),
 ) -> None:
-    """Audit the decision and resume the agent (unless the gate stops the run)."""
+    """Audit the decision, with its receipt, and resume the agent (unless the gate stops
+    the run). The decider signs here: it is the process that witnessed the decision."""
     details: dict[str, Any] = {"reason": decision.reason or ""}
     if decision.kind is DecisionKind.EDIT:
         details.update(proposed=approval.arguments, approved=decision.arguments)
@@ -303,13 +358,14 @@ def _after_decision(
         _count_decision(conn, approval, decision)
         outcomes.finish_run(conn, settings, store.load(conn, approval.id))
         return
-    # One round trip for both: the resume job is what the clicker is waiting for.
-    pipe = conn.pipeline()
-    pipe.multi()  # explicit, so RQ's enqueue(pipeline=...) joins this transaction
-    store.audit(pipe, approval.id, decision.kind.status.value, decision.actor, **details)
-    _count_decision(pipe, approval, decision)
-    queue.enqueue_resume(conn, settings, approval.id, pipeline=pipe)
-    pipe.execute()
+    signed = _receipt(settings, approval, decision, approvers)
+    # The receipt is stored with its audit entry, before the resume job that hands it on; a
+    # decider that dies in between leaves a decision whose resume recovery queues later.
+    kind = decision.kind.status.value
+    details.update(signed)
+    store.audit(conn, approval.id, kind, decision.actor, fields=signed, **details)
+    _count_decision(conn, approval, decision)
+    queue.enqueue_resume(conn, settings, approval.id)
 
 
 def _count_decision(target: Any, approval: Approval, decision: Decision) -> None:

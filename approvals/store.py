@@ -10,7 +10,13 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:lease:<id>      string  held (with a TTL) by the worker running the resume
     approvals:lock:<id>:<what> string a short lock on one piece of work (posting the card)
     approvals:usergroup:<id>  string  cached members of a Slack user group (JSON list, TTL)
-    approvals:audit:<id>      list    what happened to the approval (JSON lines: event, actor, at)
+    approvals:audit:<id>      list    what happened to the approval (JSON lines: event, actor, at,
+                                      prev: the SHA-256 of the line before, a chain per approval)
+    approvals:events          list    the outbox: one entry per state change, for the webhooks
+    approvals:events:taking   list    outbox entries a worker is turning into delivery jobs
+    approvals:webhook:<msg>   string  a webhook body, the same bytes on every retry (TTL)
+    approvals:webhook-failing hash    receiver URL -> when it began failing (until it answers)
+    approvals:receipt:<jti>   string  a receipt already presented (``check_not_replayed``, TTL)
     approvals:deadlines       zset    "expire:<id>" and "warn:<id>", scored by when they are due
     approvals:seen:<sig>      string  a Slack request signature already accepted (TTL)
     approvals:run:<run_id>    stream  wakes a run's waiters: "paused" again after a resume, "ended"
@@ -23,6 +29,11 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:metrics         hash    counters and histogram buckets behind ``/metrics``
     approvals:lock:retention  string  held by the worker sweeping retention (TTL)
 
+Audit entries are chained: each carries the hash of the one before it, and is appended by a
+compare-and-append (the list must still have the length the hash was read at), so entries
+written at the same moment by the bot and a worker still form one chain. An entry that is a
+state change is put in the ``events`` outbox in the same step, so a webhook is never lost.
+
 The history lives apart from the hash so that listing and deciding never read it. Status
 changes go through ``transition``, a Lua compare-and-set: it checks the current status against
 ``models.TRANSITIONS`` and writes in one step, so concurrent deciders cannot both win.
@@ -30,6 +41,7 @@ changes go through ``transition``, a Lua compare-and-set: it checks the current 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -108,6 +120,26 @@ HISTOGRAM_BUCKETS: dict[str, tuple[float, ...]] = {
         300,
     ),
 }
+#: The outbox of state changes (webhooks), and the entries being turned into jobs.
+EVENTS_KEY = PREFIX + "events"
+EVENTS_TAKING_KEY = PREFIX + "events:taking"
+#: Webhook receiver URL -> when its current run of failures began.
+WEBHOOK_FAILING_KEY = PREFIX + "webhook-failing"
+#: The audit events that are state changes: each becomes a webhook.
+STATE_EVENTS = frozenset(
+    {
+        "paused",
+        "approved",
+        "edited",
+        "rejected",
+        "responded",
+        "expired",
+        "escalated",
+        "resume_started",
+        "resume_finished",
+        "interrupted",
+    }
+)
 
 
 def approval_key(approval_id: str) -> str:
@@ -120,6 +152,14 @@ def history_key(approval_id: str) -> str:
 
 def audit_key(approval_id: str) -> str:
     return f"{PREFIX}audit:{approval_id}"
+
+
+def webhook_key(message_id: str) -> str:
+    return f"{PREFIX}webhook:{message_id}"
+
+
+def receipt_key(jti: str) -> str:
+    return f"{PREFIX}receipt:{jti}"
 
 
 def run_key(run_id: str) -> str:
@@ -234,9 +274,10 @@ end
 )
 
 # KEYS: approval hash, pending zset, decided zset, running zset, deadlines zset, audit list,
-# lease, metrics hash, finished zset, finished-history zset. ARGV: id, now, target, allowed
-# (JSON), audit entry, lease seconds, then field/value pairs written in the same step ("" deletes
-# the field).
+# lease, metrics hash, finished zset, finished-history zset, events outbox. ARGV: id, now,
+# target, allowed (JSON), audit line, lease seconds, the audit length the line was chained at,
+# outbox entry, then field/value pairs written in the same step ("" deletes the field).
+# Returns {2, ...} without writing when the audit moved on.
 _TRANSITION_LUA = (
     _LEAVE_PENDING_LUA
     + """
@@ -244,11 +285,15 @@ local current = redis.call('HGET', KEYS[1], 'status')
 if not current then return {0, '', ''} end
 for _, status in ipairs(cjson.decode(ARGV[4])) do
   if status == current then
+    if ARGV[5] ~= '' and redis.call('LLEN', KEYS[6]) ~= tonumber(ARGV[7]) then
+      return {2, current, ''}
+    end
     redis.call('HSET', KEYS[1], 'status', ARGV[3])
     if ARGV[5] ~= '' then redis.call('RPUSH', KEYS[6], ARGV[5]) end
+    if ARGV[8] ~= '' then redis.call('RPUSH', KEYS[11], ARGV[8]) end
     if ARGV[6] ~= '' then redis.call('SET', KEYS[7], ARGV[2], 'EX', ARGV[6]) end
     if current == 'running' and ARGV[3] ~= 'running' then redis.call('DEL', KEYS[7]) end
-    for i = 7, #ARGV, 2 do
+    for i = 9, #ARGV, 2 do
       if ARGV[i + 1] == '' then
         redis.call('HDEL', KEYS[1], ARGV[i])
       else
@@ -284,7 +329,7 @@ redis.call('HSET', KEYS[1], 'votes', cjson.encode(votes))
 if #votes < tonumber(ARGV[5]) then return {2, tostring(#votes), ''} end
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'decided_by', ARGV[4], 'decision', ARGV[6])
 leave_pending(current)
-return {1, current, ''}
+return {1, current, cjson.encode(votes)}
 """
 )
 
@@ -307,6 +352,8 @@ class VoteResult:
     decided_by: str | None = None
     #: Approvals counted so far, for ``counted`` and ``duplicate``.
     count: int = 0
+    #: For ``decided``: everyone whose approval counted, in order.
+    voters: tuple[str, ...] = ()
 
 
 def _keys(approval_id: str) -> list[str]:
@@ -348,13 +395,17 @@ def transition(
     chosen = legal if sources is None else [s for s in sources if s in legal]
     assert sources is None or len(chosen) == len(set(sources)), "not in TRANSITIONS"
     allowed = json.dumps([s.value for s in chosen])
-    args: list[str] = [approval_id, repr(time.time()), target.value, allowed]
-    args += [event or "", str(lease) if lease is not None else ""]
-    for name, value in (fields or {}).items():
-        args += [name, value]
-    keys = _transition_keys(approval_id)
-    ok, previous, decided_by = cast(list[Any], eval_script(conn, _TRANSITION_LUA, keys, args))
-    return TransitionResult(bool(ok), _text(previous), _text(decided_by) or None)
+    keys = [*_transition_keys(approval_id), EVENTS_KEY]
+    while True:
+        line, length, outbox = _chained(conn, approval_id, event) if event else ("", 0, "")
+        args: list[str] = [approval_id, repr(time.time()), target.value, allowed, line]
+        args += [str(lease) if lease is not None else "", str(length), outbox]
+        for name, value in (fields or {}).items():
+            args += [name, value]
+        found = cast(list[Any], eval_script(conn, _TRANSITION_LUA, keys, args))
+        ok, previous, decided_by = found
+        if ok != 2:  # 2: another entry was appended meanwhile; chain to that one instead
+            return TransitionResult(bool(ok), _text(previous), _text(decided_by) or None)
 
 
 def vote(
@@ -366,7 +417,8 @@ def vote(
     found = eval_script(conn, _VOTE_LUA, _transition_keys(approval_id), args)
     code, detail, decided_by = cast(list[Any], found)
     if code == 1:
-        return VoteResult("decided", count=required)
+        voters = tuple(str(v) for v in json.loads(_text(decided_by)))
+        return VoteResult("decided", count=required, voters=voters)
     if code in (2, 3):
         return VoteResult("counted" if code == 2 else "duplicate", count=int(_text(detail)))
     return VoteResult("lost", previous=_text(detail), decided_by=_text(decided_by) or None)
@@ -519,7 +571,11 @@ def create(
     )
     pipe.set(history_key(approval.id), json.dumps(history))
     pipe.zadd(PENDING_KEY, {approval.id: approval.created_at})
-    audit(pipe, approval.id, "paused", approval.agent, tool=approval.tool_name)
+    first = json.loads(audit_entry("paused", approval.agent, tool=approval.tool_name))
+    first["prev"] = GENESIS  # a new approval's trail is empty
+    line = json.dumps(first, ensure_ascii=False)
+    pipe.rpush(audit_key(approval.id), line)
+    pipe.rpush(EVENTS_KEY, _outbox_entry(approval.id, first, line))
     if approval.run_id is not None:
         pipe.rpush(run_pauses_key(approval.run_id), approval.id)
         pipe.expire(run_pauses_key(approval.run_id), max(run_ttl, 1))
@@ -629,6 +685,7 @@ def _from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
         raise CorruptRecord(f"approval {approval_id} is not valid UTF-8") from None
     if approval.id != approval_id:
         raise CorruptRecord(f"approval {approval_id} holds the record of {approval.id}")
+    approval.receipt = _text(raw.get(b"receipt")) or None
     return approval
 
 
@@ -1128,18 +1185,129 @@ def audit_ids(conn: redis.Redis) -> list[str]:
     return [_text(key)[len(prefix) :] for key in found]
 
 
-def audit(target: Any, approval_id: str, event: str, actor: str, **details: Any) -> None:
-    """Append one event to the approval's audit trail (``target``: a client or a pipeline)."""
-    target.rpush(audit_key(approval_id), audit_entry(event, actor, **details))
+#: The ``prev`` of an approval's first audit entry.
+GENESIS = ""
+
+# KEYS: audit list, events outbox, approval hash. ARGV: the length the line was chained at,
+# the line, the outbox entry ("" for none), then field/value pairs for the approval hash.
+_APPEND_AUDIT_LUA = """
+if redis.call('LLEN', KEYS[1]) ~= tonumber(ARGV[1]) then return 0 end
+redis.call('RPUSH', KEYS[1], ARGV[2])
+if ARGV[3] ~= '' then redis.call('RPUSH', KEYS[2], ARGV[3]) end
+for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]) end
+return 1
+"""
+
+
+def audit(
+    conn: redis.Redis,
+    approval_id: str,
+    event: str,
+    actor: str,
+    *,
+    fields: dict[str, str] | None = None,
+    **details: Any,
+) -> None:
+    """Append one event to the approval's audit trail, chained to the entry before it.
+
+    ``fields`` are written to the approval's hash in the same step (a decision's receipt is
+    stored with the entry that carries it).
+    """
+    pairs = [part for item in (fields or {}).items() for part in item]
+    keys = [audit_key(approval_id), EVENTS_KEY, approval_key(approval_id)]
+    while True:
+        line, length, outbox = _chained(conn, approval_id, audit_entry(event, actor, **details))
+        if eval_script(conn, _APPEND_AUDIT_LUA, keys, [length, line, outbox, *pairs]):
+            return
+
+
+def audit_head(conn: redis.Redis, approval_id: str) -> tuple[int, str]:
+    """(entries in the trail, the hash the next entry must carry as ``prev``)."""
+    pipe = conn.pipeline(transaction=False)
+    pipe.llen(audit_key(approval_id))
+    pipe.lindex(audit_key(approval_id), -1)
+    length, last = pipe.execute()
+    return int(length), GENESIS if last is None else entry_hash(last)
+
+
+def entry_hash(line: bytes | str) -> str:
+    """The hex SHA-256 of an audit line, as the next entry's ``prev`` names it."""
+    return hashlib.sha256(line if isinstance(line, bytes) else line.encode()).hexdigest()
+
+
+def _chained(conn: redis.Redis, approval_id: str, line: str) -> tuple[str, int, str]:
+    """(``line`` chained to the trail's last entry, the trail's length, its outbox entry)."""
+    length, prev = audit_head(conn, approval_id)
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        entry = None
+    if not isinstance(entry, dict):  # not an ``audit_entry`` line: kept as its text
+        entry = json.loads(audit_entry("note", "", text=line))
+    entry["prev"] = prev
+    linked = json.dumps(entry, ensure_ascii=False)
+    return linked, length, _outbox_entry(approval_id, entry, linked)
+
+
+def _outbox_entry(approval_id: str, entry: dict[str, Any], line: str) -> str:
+    """The outbox entry of a state change ("" for other events); its id is the hash of the
+    audit line, so a webhook and the audit entry it reports name each other."""
+    if entry["event"] not in STATE_EVENTS:
+        return ""
+    message = {
+        "id": "msg_" + entry_hash(line)[:32],
+        "approval_id": approval_id,
+        "event": entry["event"],
+        "status": entry.get("status", ""),
+        "at": entry["at"],
+    }
+    return json.dumps(message)
 
 
 def audit_entry(event: str, actor: str, **details: Any) -> str:
-    """One line of an audit trail, as ``audit`` appends it (``transition`` takes one too)."""
+    """One line of an audit trail, before it is chained (``audit`` and ``transition`` add
+    the ``prev`` hash when they append it)."""
     # A list of JSON lines, not a Stream: a stream allocates a 4 KB node even for the two
     # events of a waiting approval, which doubled the memory of one with a 10 KB history.
     entry = {"event": event, "actor": actor, "at": repr(time.time())}
     entry.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in details.items()})
     return json.dumps(entry, ensure_ascii=False)
+
+
+def audit_lines(conn: redis.Redis, approval_id: str) -> list[bytes]:
+    """The audit trail's lines exactly as stored (to check their chain)."""
+    return cast(list[bytes], conn.lrange(audit_key(approval_id), 0, -1))
+
+
+def expire_audit(conn: redis.Redis, approval_id: str, ttl: int) -> None:
+    """Keep the approval's audit trail ``ttl`` more seconds (``APPROVALS_AUDIT_TTL``)."""
+    conn.expire(audit_key(approval_id), ttl)
+
+
+def webhook_failed(conn: redis.Redis, url: str) -> None:
+    """Note that a webhook receiver failed (kept from its first failure until it answers)."""
+    conn.hsetnx(WEBHOOK_FAILING_KEY, url, repr(time.time()))
+
+
+def webhook_answered(conn: redis.Redis, url: str) -> None:
+    conn.hdel(WEBHOOK_FAILING_KEY, url)
+
+
+def webhooks_failing(conn: redis.Redis) -> dict[str, float]:
+    """Receiver URL -> since when it has failed, for every receiver failing now."""
+    raw = cast(dict[bytes, bytes], conn.hgetall(WEBHOOK_FAILING_KEY))
+    found = {}
+    for url, since in raw.items():
+        try:
+            found[_text(url)] = float(since)
+        except ValueError:
+            continue
+    return found
+
+
+def first_receipt_use(conn: redis.Redis, jti: str, ttl: int) -> bool:
+    """Remember a receipt id for ``ttl`` seconds; False when it was remembered already."""
+    return bool(conn.set(receipt_key(jti), b"1", nx=True, ex=ttl))
 
 
 def audit_trail(conn: redis.Redis, approval_id: str) -> list[dict[str, str]]:

@@ -12,7 +12,7 @@ import redis
 from slack_bolt import App, BoltRequest, BoltResponse
 from slack_bolt.middleware import Middleware
 
-from approvals import slack, store
+from approvals import keys, slack, store
 from approvals.config import Settings
 from bot.listeners import register_listeners
 from bot.runtime import Runtime
@@ -31,6 +31,7 @@ def check_settings(settings: Settings) -> None:
     settings.require("SLACK_BOT_TOKEN")
     if settings.slack_app_token is None:
         settings.require("SLACK_SIGNING_SECRET")
+    keys.public_keys(settings)  # an unreadable key stops start-up, not the first approval
 
 
 def create_app(

@@ -9,6 +9,7 @@ exits. Every process builds its own Bolt app, Redis and Slack clients after the 
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -21,7 +22,7 @@ from gunicorn.app.base import BaseApplication
 from slack_bolt import App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 
-from approvals import metrics
+from approvals import keys, metrics
 from approvals.config import Settings
 from bot.app import WORK_THREADS, create_app
 
@@ -31,6 +32,8 @@ EVENTS_PATH = "/slack/events"
 HEALTH_PATH = "/healthz"
 #: Prometheus's scrape path; every number comes from Redis, so any process can answer it.
 METRICS_PATH = "/metrics"
+#: Where verifiers of receipts fetch the public keys (RFC 8615's well-known location).
+JWKS_PATH = "/.well-known/jwks.json"
 #: Slack's largest payloads (views) are 250 kB; anything much bigger is not from Slack.
 MAX_BODY_BYTES = 1024 * 1024
 #: Connections the kernel holds while every thread is busy: a burst of clicks waits, not drops.
@@ -44,10 +47,13 @@ MALFORMED = (AttributeError, LookupError, RecursionError, TypeError, ValueError)
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-def wsgi_app(app: App, metrics_app: WSGIApp | None = None) -> WSGIApp:
+def wsgi_app(
+    app: App, metrics_app: WSGIApp | None = None, jwks: bytes = b'{"keys": []}'
+) -> WSGIApp:
     """Bolt's WSGI adapter at ``/slack/events``, a ``/healthz`` for load balancers, the
-    ``/metrics`` of ``approvals.metrics`` when given, and a 400 for what Bolt cannot parse or
-    what is too big to be from Slack."""
+    ``/metrics`` of ``approvals.metrics`` when given, the receipts' public keys at
+    ``/.well-known/jwks.json``, and a 400 for what Bolt cannot parse or what is too big to be
+    from Slack."""
     handler = SlackRequestHandler(app, EVENTS_PATH)
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -56,6 +62,9 @@ def wsgi_app(app: App, metrics_app: WSGIApp | None = None) -> WSGIApp:
             return [b"ok"]
         if environ.get("PATH_INFO") == METRICS_PATH and metrics_app is not None:
             return metrics_app(environ, start_response)
+        if environ.get("PATH_INFO") == JWKS_PATH and environ.get("REQUEST_METHOD") == "GET":
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [jwks]
         if int(environ.get("CONTENT_LENGTH") or 0) > MAX_BODY_BYTES:
             start_response("413 Content Too Large", [("Content-Type", "text/plain")])
             return [b"request too large"]
@@ -112,7 +121,8 @@ class HttpServer(BaseApplication):  # type: ignore[misc]
         """In each worker process, after the fork: its own app, clients and work threads."""
         self.executor = ThreadPoolExecutor(WORK_THREADS, "listener-work")
         app = create_app(self.settings, executor=self.executor)
-        return wsgi_app(app, metrics.wsgi_app(self.settings))
+        jwks = json.dumps(keys.jwks(self.settings)).encode()
+        return wsgi_app(app, metrics.wsgi_app(self.settings), jwks)
 
     def _drain(self, arbiter: Any, worker: Any) -> None:
         """The process is stopping: let the work its requests started finish first."""

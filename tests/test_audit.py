@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import getpass
+import json
+import threading
+import time
+
+import jwt
+import pytest
 from click.testing import CliRunner
 
-from approvals import run_agent, store
+from approvals import audit, keys, receipts, run_agent, store
 from approvals.cli import cli
+from approvals.config import Settings
 from approvals.models import Status
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, list_files
 from tests.e2e import card_of, click, submit_edit, wait_status
+from tests.factories import make_approval
 
 
 def test_a_full_run_leaves_a_complete_audit_trail(services, slack, env, conn):
@@ -58,3 +67,103 @@ def test_a_full_run_leaves_a_complete_audit_trail(services, slack, env, conn):
     assert '"status": "completed"' in shown.output
     for event in events:
         assert any(f" {event} " in line for line in lines), event
+
+
+# --- the chain: each entry names the hash of the one before it ---------------------------------
+
+
+@pytest.fixture
+def signed(env, conn, tmp_path, monkeypatch):
+    """A pending approval, and a CLI that holds a signing key."""
+    key = str(tmp_path / "signing.pem")
+    keys.generate_key(key)
+    monkeypatch.setenv("APPROVALS_SIGNING_KEY", key)
+    approval = make_approval()
+    store.create(conn, approval, []).execute()
+    return approval
+
+
+def test_an_operator_approval_carries_a_receipt_and_the_chain_verifies(signed, conn):
+    """`approve` from the CLI signs a receipt; `show --verify` checks chain and signature."""
+    assert CliRunner().invoke(cli, ["approve", signed.id]).exit_code == 0
+    trail = store.audit_trail(conn, signed.id)
+    decided = next(e for e in trail if e["event"] == "approved")
+    assert decided["receipt"] == store.load(conn, signed.id).receipt
+    claims = jwt.decode(decided["receipt"], options={"verify_signature": False})
+    assert claims["approvers"] == [f"cli:{getpass.getuser()}"]
+    assert claims["decided_by"] == "person"
+    shown = CliRunner().invoke(cli, ["show", signed.id, "--verify"])
+    assert shown.exit_code == 0, shown.output
+    assert "verified: 2 audit entries chained, 1 receipt(s) signed" in shown.output
+
+
+@pytest.mark.parametrize("tamper", ["edit", "delete", "insert"])
+def test_show_verify_catches_an_edited_audit_entry(signed, conn, tamper):
+    """Changing, removing or inserting an entry in Redis breaks the chain: exit 1, and where."""
+    store.audit(conn, signed.id, "refused", "UEVE", reason="not an approver")
+    assert CliRunner().invoke(cli, ["approve", signed.id]).exit_code == 0
+    key = store.audit_key(signed.id)
+    if tamper == "edit":
+        entry = json.loads(conn.lindex(key, 1))
+        entry["actor"] = "UMALLORY"
+        conn.lset(key, 1, json.dumps(entry))
+    elif tamper == "delete":
+        conn.lrem(key, 1, conn.lindex(key, 1))
+    else:
+        conn.linsert(key, "BEFORE", conn.lindex(key, 1), store.audit_entry("approved", "UEVE"))
+    shown = CliRunner().invoke(cli, ["show", signed.id, "--verify"])
+    assert shown.exit_code == 1
+    assert "does not follow entry" in shown.output
+    assert "does not verify" in shown.output
+
+
+def test_a_decision_rewritten_to_other_arguments_no_longer_matches_its_receipt(env, conn, tmp_path):
+    """An edit entry whose arguments were changed is caught by its receipt, not only the chain."""
+    key = str(tmp_path / "k.pem")
+    keys.generate_key(key)
+    token = receipts.sign_receipt(
+        key,
+        approval_id="a1",
+        tool="delete_path",
+        arguments={"path": "b"},
+        tool_call_id="tc_1",
+        decision="edit",
+        approvers=["UALICE"],
+        requested_by=None,
+        agent="x",
+        ttl=600,
+    )
+    first = json.dumps(
+        {"event": "edited", "approved": '{"path": "/etc"}', "receipt": token, "prev": store.GENESIS}
+    )
+    check = audit.check_lines("a1", [first.encode()], keys.jwks(Settings(signing_key=key)))
+    assert check.problems == [
+        "entry 1 (edited): its approved arguments differ from the ones its receipt was signed for"
+    ]
+
+
+def test_entries_written_at_the_same_moment_still_form_one_chain(signed, conn):
+    """Many writers at once (bot clicks, workers): the compare-and-append keeps one chain."""
+    threads = [
+        threading.Thread(target=store.audit, args=(conn, signed.id, "refused", f"U{n}"))
+        for n in range(20)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    check = audit.check_trail(conn, signed.id, {"keys": []})
+    assert (check.entries, check.problems) == (21, [])
+
+
+def test_audit_export_writes_ndjson_since_a_time(signed, conn):
+    """`audit export --since` prints one JSON object per entry, with its approval and hash."""
+    assert CliRunner().invoke(cli, ["approve", signed.id]).exit_code == 0
+    exported = CliRunner().invoke(cli, ["audit", "export", "--since", "2020-01-01T00:00:00Z"])
+    assert exported.exit_code == 0, exported.output
+    lines = [json.loads(line) for line in exported.output.splitlines()]
+    assert [e["event"] for e in lines] == ["paused", "approved"]
+    assert all(e["approval_id"] == signed.id for e in lines)
+    assert lines[1]["prev"] == store.entry_hash(store.audit_lines(conn, signed.id)[0])
+    later = CliRunner().invoke(cli, ["audit", "export", "--since", str(time.time() + 60)])
+    assert later.output == ""

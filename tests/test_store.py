@@ -410,7 +410,7 @@ def test_the_vote_that_completes_the_quorum_decides(conn):
     store.vote(conn, approval.id, Status.APPROVED, "UA", 2, _decision(actor="UA"))
     decision = _decision(actor="UB", actor_name="Bob")
     result = store.vote(conn, approval.id, Status.APPROVED, "UB", 2, decision)
-    assert result == store.VoteResult("decided", count=2)
+    assert result == store.VoteResult("decided", count=2, voters=("UA", "UB"))
     key = store.approval_key(approval.id)
     assert conn.hget(key, "decision") == decision.encode()
     assert conn.hget(key, "decided_by") == b"UB"

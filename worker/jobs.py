@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import redis
 from slack_sdk import WebClient
 
-from approvals import agent, outcomes, queue, review, slack, store
+from approvals import agent, outcomes, queue, receipts, review, slack, store
 from approvals.config import Settings
 from approvals.errors import ResumeError, ToolAlreadyStarted
 from approvals.logs import bind_approval
@@ -255,7 +255,8 @@ def _run(
 ) -> RunResult:
     try:
         saved = store.parse_history(approval.id, history)  # a broken one fails the run
-        resumed = agent.resume(conn, settings, approval, on_tool_start, saved)
+        with receipts.holding(approval.receipt):  # what approvals.receipt() gives the tool
+            resumed = agent.resume(conn, settings, approval, on_tool_start, saved)
     except ToolAlreadyStarted as exc:  # another attempt started the tool: never twice
         return RunResult(Status.INTERRUPTED, error=str(exc))
     except ResumeError as exc:

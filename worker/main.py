@@ -27,8 +27,9 @@ from rq.worker import BaseWorker
 from rq.worker_pool import WorkerPool
 
 import worker.jobs  # imported here, once: forked work-horses inherit it
-from approvals import deadlines, retention, store
+from approvals import deadlines, retention, store, webhooks
 from approvals.config import Settings
+from approvals.errors import ConfigError
 from approvals.logs import configure_logging
 from approvals.plugins import load_plugins, warm_models
 from approvals.queue import get_queue
@@ -120,6 +121,8 @@ def _prepare(settings: Settings) -> None:
     background thread could ask for a model.
     """
     settings.require("SLACK_BOT_TOKEN", "APPROVALS_TOOL_MODULES")
+    if settings.signing_key:  # a worker that can sign could mint receipts for its own tools
+        raise ConfigError("APPROVALS_SIGNING_KEY is set: only the bot and the CLI may hold it")
     load_plugins(settings)
     configure_logging(settings)
     _warm(settings)
@@ -143,14 +146,16 @@ def _warm(settings: Settings) -> None:
 def _start_background(settings: Settings) -> None:
     """Every worker, in the background: sweep due deadlines into jobs, several times a second,
     and, every maintenance interval, look for resumes whose worker died, decisions whose
-    resume was never queued and ended runs whose ``on_finish`` was never queued; and, every
-    second, remove from Redis what finished long enough ago (``approvals.retention``). Each is
-    atomic in Redis or idempotent, so workers never act twice on one of them."""
+    resume was never queued and ended runs whose ``on_finish`` was never queued; turn the
+    outbox of state changes into webhook jobs; and, every second, remove from Redis what
+    finished long enough ago (``approvals.retention``). Each is atomic in Redis or idempotent,
+    so workers never act twice on one of them."""
     _every("approvals-deadlines", deadlines.SWEEP_INTERVAL, settings, deadlines.sweep)
     _every("approvals-recovery", settings.maintenance_interval, settings, recover_dead_runs)
     _every("approvals-stranded", settings.maintenance_interval, settings, requeue_stranded)
     _every("approvals-unfinished", settings.maintenance_interval, settings, requeue_unfinished)
     _every("approvals-retention", retention.SWEEP_INTERVAL, settings, retention.sweep)
+    _every("approvals-webhooks", webhooks.DRAIN_INTERVAL, settings, webhooks.drain)
 
 
 def _every(

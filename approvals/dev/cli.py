@@ -153,7 +153,8 @@ def _supervise(data_dir: Path, redis_url: str, sandbox: Sandbox | None, port: in
     bot += ["--workers", "1"]  # one person clicking: one process is plenty
     specs = [
         ChildSpec("bot", bot, env),
-        ChildSpec("worker", [sys.executable, "-m", "approvals", "worker"], env),
+        # Only the bot signs receipts: the worker refuses to start holding the key.
+        ChildSpec("worker", [sys.executable, "-m", "approvals", "worker"], _without_key(env)),
     ]
     supervisor = Supervisor(
         specs, sys.stdout, on_line=_bot_watcher(sandbox, lambda text: supervisor.say(text))
@@ -181,6 +182,10 @@ def _supervise(data_dir: Path, redis_url: str, sandbox: Sandbox | None, port: in
         with contextlib.suppress(FileNotFoundError):
             info_file.unlink()
         click.echo("approvals dev: stopped")
+
+
+def _without_key(env: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in env.items() if name != "APPROVALS_SIGNING_KEY"}
 
 
 def _child_env(redis_url: str, sandbox: Sandbox | None) -> dict[str, str]:

@@ -1,0 +1,345 @@
+"""Receipts: real Ed25519 keys and real tokens, checked by ``verify_receipt`` and by PyJWT alone."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import jwt
+import pytest
+
+from approvals import InvalidReceipt, keys, receipts, review, run_agent, store, verify_receipt
+from approvals.config import Settings
+from approvals.models import DecisionKind, Policy, Status
+from approvals.receipts import DecidedBy
+from tests.agents.downstream_tools import call_service, delete_row
+from tests.agents.scripted import calls, say, script
+from tests.downstream import Downstream, fetch_jwks
+from tests.e2e import card_of, click, submit_edit, wait_status
+from tests.factories import make_approval
+from tests.processes import (
+    approvals_command,
+    bot_url,
+    start_bot,
+    start_worker,
+    wait_for_workers,
+)
+
+ARGS = {"path": "/srv/data/old.csv", "force": False}
+
+
+@pytest.fixture
+def key_path(tmp_path: Path) -> str:
+    path = tmp_path / "signing.pem"
+    keys.generate_key(path)
+    return str(path)
+
+
+_CLAIMS: dict[str, object] = {
+    "approval_id": "a1b2c3",
+    "tool": "delete_path",
+    "arguments": ARGS,
+    "tool_call_id": "tc_1",
+    "decision": "approve",
+    "approvers": ["UALICE"],
+    "requested_by": "UBOB",
+    "agent": "cleanup-bot",
+    "ttl": 600,
+}
+
+
+def _sign(key_path: str, **overrides: object) -> str:
+    return receipts.sign_receipt(key_path, **{**_CLAIMS, **overrides})  # type: ignore[arg-type]
+
+
+def _jwks(*paths: str) -> dict[str, object]:
+    return keys.jwks(Settings(signing_key=paths[0], verify_keys=paths[1:]))
+
+
+def test_a_receipt_verifies_for_its_tool_and_arguments(key_path):
+    """The claims come back as signed: approval, tool, call, decision, people, what decided."""
+    receipt = verify_receipt(
+        _sign(key_path), tool="delete_path", arguments=ARGS, keys=_jwks(key_path)
+    )
+    assert receipt.approval_id == "a1b2c3"
+    assert receipt.tool_call_id == "tc_1"
+    assert receipt.approvers == ("UALICE",)
+    assert receipt.requested_by == "UBOB"
+    assert receipt.agent == "cleanup-bot"
+    assert receipt.decided_by is DecidedBy.PERSON
+    assert receipt.expires_at - receipt.issued_at == 600
+
+
+def test_key_order_and_spacing_of_the_arguments_do_not_matter(key_path):
+    """The digest is over RFC 8785 canonical JSON, so any JSON library's dict matches."""
+    reordered = json.loads('{"force": false,   "path": "/srv/data/old.csv"}')
+    verify_receipt(_sign(key_path), tool="delete_path", arguments=reordered, keys=_jwks(key_path))
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "why"),
+    [
+        ("drop_table", ARGS, "for tool 'delete_path', not 'drop_table'"),
+        ("delete_path", {**ARGS, "path": "/srv/data/old.csv "}, "arguments differ"),
+        ("delete_path", {**ARGS, "force": True}, "arguments differ"),
+        ("delete_path", {"path": "/srv/data/old.csv"}, "arguments differ"),
+    ],
+)
+def test_another_tool_or_other_arguments_are_refused(key_path, tool, arguments, why):
+    """One byte of difference in the arguments, or another tool, and the receipt is refused."""
+    with pytest.raises(InvalidReceipt, match=why):
+        verify_receipt(_sign(key_path), tool=tool, arguments=arguments, keys=_jwks(key_path))
+
+
+def test_expired_and_future_receipts_are_refused(key_path):
+    """A receipt past its expiry, or issued in the future, says so."""
+    old = _sign(key_path, now=time.time() - 700)
+    with pytest.raises(InvalidReceipt, match="expired"):
+        verify_receipt(old, tool="delete_path", arguments=ARGS, keys=_jwks(key_path))
+    future = _sign(key_path, now=time.time() + 120)
+    with pytest.raises(InvalidReceipt, match="not valid yet"):
+        verify_receipt(future, tool="delete_path", arguments=ARGS, keys=_jwks(key_path))
+
+
+def test_unknown_key_and_bad_signature_are_refused(key_path, tmp_path):
+    """A receipt of another key is unknown; a changed claim breaks the signature."""
+    other = str(tmp_path / "other.pem")
+    keys.generate_key(other)
+    with pytest.raises(InvalidReceipt, match="unknown key"):
+        verify_receipt(_sign(other), tool="delete_path", arguments=ARGS, keys=_jwks(key_path))
+    header, payload, signature = _sign(key_path).split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=="))
+    claims["tool"] = "drop_table"
+    forged = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    with pytest.raises(InvalidReceipt, match="signature does not match"):
+        verify_receipt(
+            f"{header}.{forged}.{signature}",
+            tool="drop_table",
+            arguments=ARGS,
+            keys=_jwks(key_path),
+        )
+
+
+def test_a_token_with_another_algorithm_is_refused(key_path):
+    """An HS256 token "signed" with the public key (the classic confusion) is refused."""
+    kid = _jwks(key_path)["keys"][0]["kid"]  # type: ignore[index]
+    token = jwt.encode({"sub": "x"}, "s" * 32, algorithm="HS256", headers={"kid": kid})
+    with pytest.raises(InvalidReceipt, match="not EdDSA"):
+        verify_receipt(token, tool="delete_path", arguments=ARGS, keys=_jwks(key_path))
+
+
+def test_require_person_refuses_a_grant(key_path):
+    """A call a grant released verifies, but not when a person's decision is required."""
+    token = _sign(key_path, decided_by=DecidedBy.GRANT)
+    jwks = _jwks(key_path)
+    assert (
+        verify_receipt(token, tool="delete_path", arguments=ARGS, keys=jwks).decided_by == "grant"
+    )
+    with pytest.raises(InvalidReceipt, match="no person approved"):
+        verify_receipt(token, tool="delete_path", arguments=ARGS, keys=jwks, require_person=True)
+
+
+def test_rotation_an_old_key_verifies_until_it_is_retired(key_path, tmp_path):
+    """After a rotation the JWKS lists both keys; once retired, the old key's receipts fail."""
+    old_receipt = _sign(key_path)
+    old_public = tmp_path / "old.pub.pem"
+    keys.write_public_key(key_path, old_public)
+    new_key = str(tmp_path / "new.pem")
+    keys.generate_key(new_key)
+    during = _jwks(new_key, str(old_public))
+    assert len(during["keys"]) == 2  # type: ignore[arg-type]
+    verify_receipt(old_receipt, tool="delete_path", arguments=ARGS, keys=during)
+    verify_receipt(_sign(new_key), tool="delete_path", arguments=ARGS, keys=during)
+    with pytest.raises(InvalidReceipt, match="unknown key"):
+        verify_receipt(old_receipt, tool="delete_path", arguments=ARGS, keys=_jwks(new_key))
+
+
+def test_any_jwt_library_reads_it_with_the_jwks(key_path):
+    """The contract: a compact JWS with the documented header, checkable by PyJWT alone."""
+    token = _sign(key_path)
+    jwks = _jwks(key_path)
+    header = jwt.get_unverified_header(token)
+    assert header == {"alg": "EdDSA", "kid": jwks["keys"][0]["kid"], "typ": "JWT"}  # type: ignore[index]
+    key = jwt.PyJWKSet.from_dict(jwks)[header["kid"]]
+    claims = jwt.decode(token, key, algorithms=["EdDSA"], issuer="approvals")
+    assert set(claims) == {
+        *("iss", "sub", "jti", "iat", "exp", "tool", "args_sha256", "tool_call_id"),
+        *("decision", "approvers", "requested_by", "agent", "decided_by"),
+    }
+    assert claims["args_sha256"] == receipts.args_sha256(ARGS)
+    assert jwks["keys"][0].keys() == {"kty", "crv", "x", "kid", "alg", "use"}  # type: ignore[index]
+
+
+def test_a_replayed_receipt_is_refused(key_path, conn):
+    """The replay helper remembers a receipt's id in Redis for its lifetime."""
+    receipt = verify_receipt(
+        _sign(key_path), tool="delete_path", arguments=ARGS, keys=_jwks(key_path)
+    )
+    receipts.check_not_replayed(conn, receipt)
+    with pytest.raises(InvalidReceipt, match="used already"):
+        receipts.check_not_replayed(conn, receipt)
+    assert 0 < conn.ttl(f"approvals:receipt:{receipt.jti}") <= 601
+
+
+def test_a_key_is_never_overwritten(key_path):
+    """Generating onto an existing file refuses: the key in use would be lost."""
+    with pytest.raises(Exception, match="exists already"):
+        keys.generate_key(key_path)
+    assert Path(key_path).stat().st_mode & 0o777 == 0o600
+
+
+# --- end to end: the bot signs, the worker hands it on, a real service checks it -------------
+
+
+@pytest.fixture
+def acting(env, tmp_path, conn, monkeypatch):
+    """A data service, and a bot holding the signing key with a worker that does not."""
+    key = str(tmp_path / "signing.pem")
+    keys.generate_key(key)
+    service = Downstream(jwks={"keys": []}, replays=conn).start()
+    monkeypatch.setenv("DOWNSTREAM_URL", service.url)
+    run_env = {**env, "DOWNSTREAM_URL": service.url, "APPROVALS_TOOL_MODULES": "tests.agents"}
+    bot = start_bot(run_env, tmp_path / "bot.log", {"APPROVALS_SIGNING_KEY": key})
+    worker = start_worker(run_env, tmp_path / "worker.log", f"w-receipts-{time.monotonic_ns()}")
+    try:
+        url = bot_url(bot)
+        wait_for_workers(run_env, [worker], 1)
+        service.jwks = fetch_jwks(url)  # GET /.well-known/jwks.json on the bot
+        assert service.jwks == keys.jwks(Settings(signing_key=key))
+        yield url, service, worker
+    finally:
+        for process in (bot, worker):
+            process.stop()
+        service.stop()
+
+
+def _pause(env, row: str = "u-7") -> str:
+    prompt = script(calls(("delete_row", {"table": "users", "row": row})), say("{results}"))
+    outcome = run_agent("scripted", prompt, tools=[delete_row], agent="db-bot", requested_by="UBOB")
+    assert outcome.pause_id is not None
+    return outcome.pause_id
+
+
+def test_a_call_approved_in_slack_is_accepted_by_the_service(acting, slack, env, conn):
+    """Approve in Slack: the tool's receipt deletes the row; presenting it again is a replay."""
+    bot, service, _ = acting
+    pause_id = _pause(env)
+    click(slack, bot, "approve", pause_id, "UALICE", card_of(slack, pause_id).ts)
+    wait_status(conn, pause_id, Status.COMPLETED)
+    assert service.deleted == [{"table": "users", "row": "u-7"}]
+    first = service.answers[-1]
+    assert (first.status, first.text) == (200, "deleted u-7 for UALICE")
+    receipt = verify_receipt(
+        first.token, tool="delete_row", arguments=first.arguments, keys=service.jwks
+    )
+    assert (receipt.approval_id, receipt.decision, receipt.requested_by) == (
+        pause_id,
+        "approve",
+        "UBOB",
+    )
+    assert store.load(conn, pause_id).receipt == first.token
+    replayed = call_service(first.arguments, first.token)
+    assert replayed.startswith("403") and "used already" in replayed
+    assert call_service(first.arguments, None).startswith("401")
+    assert len(service.deleted) == 1
+
+
+def test_an_edited_call_succeeds_only_with_the_edited_receipt(acting, slack, env, conn):
+    """After an edit the receipt names the edited arguments: the proposed ones are refused."""
+    _, service, _ = acting
+    bot = acting[0]
+    pause_id = _pause(env, row="u-1")
+    card_of(slack, pause_id)
+    submit_edit(bot, pause_id, {"row": "u-2"})
+    wait_status(conn, pause_id, Status.COMPLETED)
+    assert service.deleted == [{"table": "users", "row": "u-2"}]
+    token = service.answers[-1].token
+    assert token is not None
+    refused = call_service({"table": "users", "row": "u-1"}, token)
+    assert refused.startswith("403") and "arguments differ" in refused
+    assert jwt.decode(token, options={"verify_signature": False})["decision"] == "edit"
+
+
+def test_a_receipt_a_tool_forges_with_its_own_key_is_refused(acting, tmp_path):
+    """Whoever lacks the bot's key (a compromised worker or tool) cannot mint a receipt."""
+    _, service, _ = acting
+    own = str(tmp_path / "attacker.pem")
+    keys.generate_key(own)
+    forged = receipts.sign_receipt(
+        own, **{**_CLAIMS, "tool": "delete_row", "arguments": {"table": "users", "row": "u-9"}}
+    )
+    answer = call_service({"table": "users", "row": "u-9"}, forged)
+    assert answer.startswith("403") and "unknown key" in answer
+    assert service.deleted == []
+
+
+def test_a_worker_refuses_to_start_holding_the_signing_key(env, tmp_path):
+    """The worker never holds the key: given one, it stops at start-up and says why."""
+    key = str(tmp_path / "k.pem")
+    keys.generate_key(key)
+    run = subprocess.run(
+        approvals_command("worker", "--burst"),
+        env={**os.environ, **env, "APPROVALS_SIGNING_KEY": key},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1
+    assert "only the bot and the CLI may hold it" in run.stderr
+
+
+# --- who the receipt names ----------------------------------------------------------------------
+
+
+def _decider(env, key_path) -> Settings:
+    return Settings.from_env({**env, "APPROVALS_SIGNING_KEY": key_path})
+
+
+def test_a_quorum_receipt_names_every_approver(env, conn, key_path):
+    """With approvals_required=2, the receipt is signed at the second approval, naming both."""
+    settings = _decider(env, key_path)
+    approval = make_approval(policy=Policy(approvals_required=2))
+    store.create(conn, approval, []).execute()
+    review.decide(conn, settings, approval.id, DecisionKind.APPROVE, "UALICE")
+    assert store.load(conn, approval.id).receipt is None  # one vote releases nothing
+    review.decide(conn, settings, approval.id, DecisionKind.APPROVE, "UBOB")
+    token = store.load(conn, approval.id).receipt
+    assert token is not None
+    receipt = verify_receipt(
+        token, tool="delete_path", arguments=approval.arguments, keys=keys.jwks(settings)
+    )
+    assert receipt.approvers == ("UALICE", "UBOB")
+
+
+def test_reject_and_respond_release_nothing_and_get_no_receipt(env, conn, key_path):
+    """Only a decision that runs the tool is signed."""
+    settings = _decider(env, key_path)
+    for kind, extra in ((DecisionKind.REJECT, {}), (DecisionKind.RESPOND, {"response": "no"})):
+        approval = make_approval(id=f"a{kind.value}")
+        store.create(conn, approval, []).execute()
+        review.decide(conn, settings, approval.id, kind, "UALICE", **extra)
+        assert store.load(conn, approval.id).receipt is None
+
+
+def test_a_retry_signs_a_fresh_receipt(env, conn, key_path):
+    """Retrying an interrupted run re-signs: the first receipt may have expired meanwhile."""
+    settings = _decider(env, key_path)
+    approval = make_approval()
+    store.create(conn, approval, []).execute()
+    review.decide(conn, settings, approval.id, DecisionKind.APPROVE, "UALICE")
+    first = store.load(conn, approval.id).receipt
+    store.transition(conn, approval.id, Status.RUNNING)
+    store.transition(conn, approval.id, Status.INTERRUPTED)
+    review.retry(conn, settings, approval.id, "UCAROL")
+    again = store.load(conn, approval.id).receipt
+    assert again is not None and again != first
+    claims = verify_receipt(
+        again, tool="delete_path", arguments=approval.arguments, keys=keys.jwks(settings)
+    )
+    assert claims.approvers == ("UALICE",)  # who approved these arguments
+    retried = [e for e in store.audit_trail(conn, approval.id) if e["event"] == "retried"]
+    assert retried[0]["receipt"] == again

@@ -1,0 +1,29 @@
+"""The webhook delivery job: RQ calls it with a message id and a receiver URL only.
+
+A job of its own module, beside ``worker.jobs``: delivering a webhook touches no approval,
+Slack or model, only the body stored for it and the receiver.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import redis
+
+from approvals import store, webhooks
+from approvals.config import Settings
+
+
+@functools.cache
+def _settings() -> Settings:
+    return Settings.from_env()
+
+
+@functools.cache
+def _conn() -> redis.Redis:
+    return store.connect(_settings())
+
+
+def deliver_webhook(message_id: str, url: str) -> str:
+    """Post one event to one receiver; raising makes RQ retry it (same id, same body)."""
+    return webhooks.deliver(_conn(), _settings(), message_id, url)
