@@ -125,10 +125,7 @@ def run_agent(
         settings, resolved.model_id, found, system, agent, channel, requested_by, chain_limit,
         on_finish, log, asynchronous=False,
     )  # fmt: skip
-    conversation = resolved.conversation(chain_limit=context.chain_limit)
-    conversation.id = context.run_id or conversation.id
-    chain = conversation.chain(prompt, system=system, tools=llm_tools(found))
-    outcome = _drive(chain, context)
+    outcome = _drive(_first_chain(resolved, prompt, context), context)
     if outcome.status != "paused":
         _unpaused(context, outcome)
         return outcome
@@ -167,10 +164,7 @@ async def run_agent_async(
         settings, resolved.model_id, found, system, agent, channel, requested_by, chain_limit,
         on_finish, log, asynchronous=True,
     )  # fmt: skip
-    conversation = resolved.conversation(chain_limit=context.chain_limit)
-    conversation.id = context.run_id or conversation.id
-    chain = conversation.chain(prompt, system=system, tools=llm_tools(found))
-    outcome = await _drive_async(chain, context)
+    outcome = await _drive_async(_first_chain(resolved, prompt, context), context)
     if outcome.status != "paused":
         _unpaused(context, outcome)
         return outcome
@@ -227,6 +221,14 @@ def _new_run(
         asynchronous=asynchronous,
         llm_log=settings.llm_log if log is None else log,
     )
+
+
+def _first_chain(model: SyncModel | AsyncModel, prompt: str, context: _RunContext) -> Any:
+    """The run's chain, in a conversation whose id is the run id (one conversation in llm's
+    log, from the first turn to the last resume)."""
+    conversation = model.conversation(chain_limit=context.chain_limit)
+    conversation.id = context.run_id or conversation.id
+    return conversation.chain(prompt, system=context.system, tools=llm_tools(context.tools))
 
 
 def _unpaused(context: _RunContext, outcome: Outcome) -> None:

@@ -136,18 +136,19 @@ def requires_approval(
 
 def _make_gate(
     *,
-    channel: str | None,
-    summary: str | None,
-    editable: Iterable[str] | None,
-    reason_required: bool,
-    on_reject: str,
-    expires_in: float | None,
-    approvers: Iterable[str] | None,
-    approver_groups: Iterable[str] | None,
-    allow_self_approval: bool,
-    approvals_required: int,
+    channel: str | None = None,
+    summary: str | None = None,
+    editable: Iterable[str] | None = None,
+    reason_required: bool = False,
+    on_reject: str = "resume",
+    expires_in: float | None = None,
+    approvers: Iterable[str] | None = None,
+    approver_groups: Iterable[str] | None = None,
+    allow_self_approval: bool = False,
+    approvals_required: int = 1,
     webhook: str | None = None,
 ) -> Gate:
+    """A ``Gate`` from ``requires_approval``'s options (``gate()`` takes the same)."""
     if approvals_required < 1:
         raise ValueError("approvals_required must be at least 1")
     if expires_in is not None and expires_in <= 0:
@@ -172,23 +173,8 @@ def _make_gate(
 T = TypeVar("T")
 
 
-def gate(
-    target: T,
-    *,
-    methods: Iterable[str] | None = None,
-    channel: str | None = None,
-    summary: str | None = None,
-    editable: Iterable[str] | None = None,
-    reason_required: bool = False,
-    on_reject: str = "resume",
-    expires_in: float | None = None,
-    approvers: Iterable[str] | None = None,
-    approver_groups: Iterable[str] | None = None,
-    allow_self_approval: bool = False,
-    approvals_required: int = 1,
-    webhook: str | None = None,
-) -> T:
-    """Gate a tool without editing its source; the options are ``requires_approval``'s.
+def gate(target: T, *, methods: Iterable[str] | None = None, **options: Any) -> T:
+    """Gate a tool without editing its source; ``options`` are ``requires_approval``'s.
 
     ``target`` is a function (a third-party one, or a plugin's, e.g. from ``llm.get_tools()``),
     an ``llm.Tool`` wrapping such a function, or an ``llm.Toolbox`` instance, with ``methods``
@@ -197,23 +183,11 @@ def gate(
     original again by its own dotted path (its module must be in ``APPROVALS_TOOL_MODULES``)
     and applies the same gate, recorded with the pause.
     """
-    options = _make_gate(
-        channel=channel,
-        summary=summary,
-        editable=editable,
-        reason_required=reason_required,
-        on_reject=on_reject,
-        expires_in=expires_in,
-        approvers=approvers,
-        approver_groups=approver_groups,
-        allow_self_approval=allow_self_approval,
-        approvals_required=approvals_required,
-        webhook=webhook,
-    )
+    chosen = _make_gate(**options)  # an unknown option is a TypeError, as for any call
     if isinstance(target, llm.Toolbox):
         if methods is None:
             raise TypeError("gate(toolbox) needs methods=[...]: the methods that wait for a person")
-        gate_methods(target, _names(methods, "methods") or (), options)
+        gate_methods(target, _names(methods, "methods") or (), chosen)
         return target
     if methods is not None:
         raise TypeError("methods= is for toolboxes; a function is gated as a whole")
@@ -222,7 +196,7 @@ def gate(
         raise TypeError(
             f"cannot gate {target!r}: expected a function, an llm.Tool or an llm.Toolbox"
         )
-    return apply_gate(function, options)  # type: ignore[return-value]
+    return apply_gate(function, chosen)  # type: ignore[return-value]
 
 
 def tool_function(target: Any) -> Callable[..., Any] | None:

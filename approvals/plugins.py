@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 import llm
 from llm.plugins import pm
@@ -61,33 +63,29 @@ def resolve_model(model: SyncModel | str) -> SyncModel:
     """The model itself, or the sync model registered under that id (cached)."""
     if isinstance(model, llm.Model | llm.KeyModel):
         return model
-    if not isinstance(model, str):
-        raise ConfigError(f"expected a model id or a sync llm model, got {type(model).__name__}")
-    with _lock:
-        if model not in _models:
-            try:
-                _models[model] = llm.get_model(model)
-            except llm.UnknownModelError:
-                raise ResumeError(
-                    f"unknown model {model!r}: install its llm plugin or list it in "
-                    "APPROVALS_LLM_PLUGINS"
-                ) from None
-        return _models[model]
+    return _resolve(model, _models, llm.get_model, "model")
 
 
 def resolve_async_model(model: AsyncModel | str) -> AsyncModel:
     """The async model itself, or the async model registered under that id (cached)."""
     if isinstance(model, llm.AsyncModel | llm.AsyncKeyModel):
         return model
+    return _resolve(model, _async_models, llm.get_async_model, "async model")
+
+
+M = TypeVar("M")
+
+
+def _resolve(model: object, cache: dict[str, M], get: Callable[[str], M], kind: str) -> M:
     if not isinstance(model, str):
-        raise ConfigError(f"expected a model id or an async llm model, got {type(model).__name__}")
+        raise ConfigError(f"expected a model id or an {kind}, got {type(model).__name__}")
     with _lock:
-        if model not in _async_models:
+        if model not in cache:
             try:
-                _async_models[model] = llm.get_async_model(model)
+                cache[model] = get(model)
             except llm.UnknownModelError:
                 raise ResumeError(
-                    f"unknown async model {model!r}: install its llm plugin (with an async "
-                    "model) or list it in APPROVALS_LLM_PLUGINS"
+                    f"unknown {kind} {model!r}: install its llm plugin or list it in "
+                    "APPROVALS_LLM_PLUGINS"
                 ) from None
-        return _async_models[model]
+        return cache[model]

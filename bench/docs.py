@@ -80,8 +80,8 @@ EXPLAINED: dict[str, str] = {
         "runs with no gate: the gate must not make a run call the model or a tool again."
     ),
     "B9 memory": (
-        "Approvals with ten-kilobyte histories that finished a month ago, written key for key as the "
-        "store writes them, beside approvals still waiting; one worker's retention sweep "
+        "Approvals with ten-kilobyte histories that finished a month ago, written key for key "
+        "as the store writes them, beside approvals still waiting; one worker's retention sweep "
         "archives them into SQLite and removes them from Redis. Redis's used memory once the "
         "sweep is done, over its used memory with only the waiting approvals: it must come "
         "back to what an empty instance plus the waiting approvals take."

@@ -268,3 +268,23 @@ def at_once(*actions: Any) -> list[Any]:
     for thread in threads:
         thread.join()
     return results
+
+
+def kill_worker(services: Any, horse_pid: int) -> None:
+    """The machine dies: the work-horse (RQ gives it its own session), the worker and its
+    scheduler, all at once, with SIGKILL."""
+    import os
+    import signal
+
+    (worker,) = services.workers
+    os.kill(horse_pid, signal.SIGKILL)
+    os.killpg(worker.popen.pid, signal.SIGKILL)
+    worker.stop()
+
+
+def replace_worker(services: Any, env: dict[str, str], log: Any) -> None:
+    """A new worker takes the dead one's place (and its recovery starts)."""
+    from tests.processes import start_worker, wait_for_workers
+
+    services.workers = [start_worker(env, log, f"w2-{time.time_ns()}")]
+    wait_for_workers(env, services.workers, 1)

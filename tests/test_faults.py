@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from pathlib import Path
 
@@ -24,11 +22,13 @@ from tests.e2e import (
     card_of,
     card_showing,
     click,
+    kill_worker,
+    replace_worker,
     reply_containing,
     tool_runs,
     wait_status,
 )
-from tests.processes import start_worker, wait_for_workers, wait_until
+from tests.processes import wait_until
 
 
 def _pause(tool: str, arguments: dict) -> str:
@@ -49,16 +49,9 @@ def test_a_worker_killed_inside_the_gated_tool_never_runs_it_twice(
     click(slack, services.bot_url, "approve", pause_id, card_ts=card.ts)
     (started,) = wait_until(lambda: tool_runs(env, "charge_card"), 20, "the tool to start")
 
-    # The machine dies: the work-horse inside the tool (RQ gives it its own session), the
-    # worker and its scheduler, all at once.
-    (worker,) = services.workers
-    os.kill(started["pid"], signal.SIGKILL)
-    os.killpg(worker.popen.pid, signal.SIGKILL)
-    worker.stop()
+    kill_worker(services, started["pid"])  # inside the tool
     hold.unlink()
-    replacement = start_worker(env, tmp_path / "worker2.log", f"w2-{time.time_ns()}")
-    services.workers = [replacement]
-    wait_for_workers(env, services.workers, 1)
+    replace_worker(services, env, tmp_path / "worker2.log")
 
     interrupted = wait_status(conn, pause_id, Status.INTERRUPTED, timeout=60)
     assert interrupted.tool_started_at is not None and interrupted.tool_finished_at is None

@@ -264,24 +264,18 @@ def test_on_finish_completes_once_when_its_worker_is_killed_inside_it(
 ):
     """SIGKILL while the continuation runs: RQ takes the job for abandoned and retries it on
     the next worker; the continuation completes once, with the same idempotency key."""
-    import signal
     from pathlib import Path
 
-    from tests.processes import start_worker, wait_for_workers
+    from tests.e2e import kill_worker, replace_worker
 
     paused = _pause(on_finish="tests.agents.continuations:held_note")
     hold = Path(env["HOLD_FILE"])
     hold.touch()
     _approve(slack, services, paused.pause_id)
     (started,) = wait_until(lambda: _finish_calls(env, "on_finish_started"), 30, "on_finish")
-    (worker,) = services.workers
-    os.kill(started["pid"], signal.SIGKILL)
-    os.killpg(worker.popen.pid, signal.SIGKILL)
-    worker.stop()
+    kill_worker(services, started["pid"])  # inside the continuation
     hold.unlink()
-    replacement = start_worker(env, tmp_path / "worker2.log", f"w2-{time.time_ns()}")
-    services.workers = [replacement]
-    wait_for_workers(env, services.workers, 1)
+    replace_worker(services, env, tmp_path / "worker2.log")
 
     (call,) = wait_until(lambda: _finish_calls(env), 90, "the retried on_finish call")
     assert call["status"] == "completed" and call["key"] == paused.run_id

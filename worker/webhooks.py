@@ -6,22 +6,8 @@ Slack or model, only the body stored for it and the receiver.
 
 from __future__ import annotations
 
-import functools
-
-import redis
-
-from approvals import store, webhooks
-from approvals.config import Settings
-
-
-@functools.cache
-def _settings() -> Settings:
-    return Settings.from_env()
-
-
-@functools.cache
-def _conn() -> redis.Redis:
-    return store.connect(_settings())
+from approvals import webhooks
+from worker.jobs import _conn, _settings  # the process's one settings and Redis client
 
 
 def deliver_webhook(message_id: str, url: str) -> str:
