@@ -14,7 +14,7 @@ from approvals.cli import cli
 from approvals.models import DecisionKind, Status
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, list_files, send_email
-from tests.conftest import CHANNEL
+from tests.conftest import CHANNEL, wait_until
 from tests.e2e import (
     action_blocks,
     block_text,
@@ -91,6 +91,8 @@ def test_invalid_edit_is_shown_in_the_modal_and_changes_nothing(services, slack,
     """An edit that breaks the tool's schema comes back as inline errors; nothing runs."""
     pause_id = _pause()
     card_of(slack, pause_id)
+    # The worker records the card's ts just after Slack answered its post.
+    wait_until(lambda: store.load(conn, pause_id).card_ts, 10, "the card's ts recorded")
     before = conn.hgetall(store.approval_key(pause_id))
     status, body = submit_edit(
         services.bot_url, pause_id, {"path": "x", "recursive": select('"maybe"')}

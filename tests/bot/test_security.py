@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from approvals import run_agent, store
+from approvals import retention, run_agent, store
 from approvals.cards import APPROVE_ACTION
 from approvals.models import Status
 from bot.app import REPLAY_WINDOW
@@ -66,7 +66,8 @@ def test_forged_stale_and_replayed_requests_get_401_on_every_replica_and_change_
         headers = signature_headers(SIGNING_SECRET, body)
         signature = headers["X-Slack-Signature"]
 
-        before = settled(lambda: _snapshot(conn))  # the worker may still release the card lock
+        # The worker may still release the card lock.
+        before = settled(lambda: _snapshot(conn), interval=2 * retention.SWEEP_INTERVAL)
         stale = int(time.time()) - 5 * 60 - 10
         tampered = body.replace("UALICE", "UMALLORY")
         assert post_signed(services.bot_url, "wrong-secret", body, FORM)[0] == 401
@@ -79,7 +80,8 @@ def test_forged_stale_and_replayed_requests_get_401_on_every_replica_and_change_
         assert post_signed(services.bot_url, "x", body, FORM, headers=headers)[0] == 200
         wait_status(conn, pause_id, Status.COMPLETED)
         assert REPLAY_WINDOW - 10 <= conn.ttl(store.seen_key(signature)) <= REPLAY_WINDOW
-        decided = settled(lambda: _snapshot(conn))
+        # Settled for longer than a retention sweep takes to come round (it tidies the run's end).
+        decided = settled(lambda: _snapshot(conn), interval=2 * retention.SWEEP_INTERVAL)
         answered, trail = len(slack.responses()), store.audit_trail(conn, pause_id)
 
         for url in (services.bot_url, replica_url):

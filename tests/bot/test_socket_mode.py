@@ -16,7 +16,7 @@ from bot.modals import EDIT_VIEW, VALUE_ACTION
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, list_files
 from tests.bot.conftest import SocketServices
-from tests.conftest import CHANNEL
+from tests.conftest import CHANNEL, wait_until
 from tests.e2e import (
     ACTIONS,
     action_blocks,
@@ -172,6 +172,8 @@ def test_an_invalid_edit_comes_back_in_the_ack_and_changes_nothing(
     """A view submission's errors travel back in the envelope's acknowledgement."""
     pause_id = _pause()
     card_of(slack, pause_id)
+    # The worker records the card's ts just after Slack answered its post.
+    wait_until(lambda: store.load(conn, pause_id).card_ts, 10, "the card's ts recorded")
     before = conn.hgetall(store.approval_key(pause_id))
     state = {
         "arg-path": {VALUE_ACTION: {"type": "plain_text_input", "value": "x"}},
