@@ -230,6 +230,61 @@ cli.add_command(dev_run)
 cli.add_command(demo_run)
 
 
+@cli.command(name="api")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=8000, show_default=True, help="HTTP port (0 picks a free one).")
+@pass_settings
+def api_run(settings: Settings, host: str, port: int) -> None:
+    """Run the HTTP API any agent asks through (OpenAPI at /v1/openapi.json)."""
+    from api.server import serve
+    from approvals.logs import configure_logging
+
+    configure_logging(settings)
+    serve(settings, host, port)
+
+
+@cli.group(name="tokens")
+def tokens_group() -> None:
+    """Bearer tokens for the HTTP API, one per agent."""
+
+
+@tokens_group.command(name="create")
+@click.option("--agent", required=True, help="The agent this token asks for.")
+@click.option("--tools", default="", help="Comma-separated tools it may ask for (default: any).")
+@pass_settings
+def tokens_create(settings: Settings, agent: str, tools: str) -> None:
+    """Create a token; it is printed once, alone on the last line."""
+    from approvals.tokens import create_token
+
+    names = tuple(name.strip() for name in tools.split(",") if name.strip())
+    token, secret = create_token(store.connect(settings), agent, names)
+    click.echo(f"token {token.id} for agent {agent!r} (store it now: it is not shown again)")
+    click.echo(secret)
+
+
+@tokens_group.command(name="list")
+@pass_settings
+def tokens_list(settings: Settings) -> None:
+    """List tokens: id, agent, tools, created (never the tokens themselves)."""
+    from approvals.tokens import list_tokens
+
+    for token in list_tokens(store.connect(settings)):
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(token.created_at))
+        click.echo(f"{token.id}  {token.agent}  {','.join(token.tools) or '*'}  {created}")
+
+
+@tokens_group.command(name="revoke")
+@click.argument("token_id")
+@pass_settings
+def tokens_revoke(settings: Settings, token_id: str) -> None:
+    """Revoke a token by its id (from ``approvals tokens list``)."""
+    from approvals.tokens import revoke_token
+
+    if not revoke_token(store.connect(settings), token_id):
+        raise click.ClickException(f"no token with id {token_id!r}")
+    click.echo(f"token {token_id} revoked")
+
+
 @cli.command(name="doctor")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object with every check.")
 @pass_settings

@@ -89,6 +89,13 @@ class Settings:
     llm_log: bool = False
     #: That database's path; None: llm's own ``logs.db`` in the process's ``LLM_USER_PATH``.
     llm_log_db: str | None = None
+    #: ``approvals api``: the largest request body accepted, in bytes (larger: HTTP 413).
+    api_max_body: int = 64 * 1024
+    #: ``approvals api``: requests one token may make per minute (more: HTTP 429).
+    api_rate_limit: int = 600
+    #: Where callers (``approvals hook``, ``approvals mcp``) reach ``approvals api``, and as whom.
+    api_url: str = "http://127.0.0.1:8000"
+    api_token: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -127,6 +134,10 @@ class Settings:
             result_ttl=_int(env, "APPROVALS_RESULT_TTL", 7 * 24 * 3600),
             llm_log=llm_log,
             llm_log_db=llm_log_db,
+            api_max_body=int(_number(env, "APPROVALS_API_MAX_BODY", 64 * 1024, low=1024)),
+            api_rate_limit=int(_number(env, "APPROVALS_API_RATE_LIMIT", 600, low=1)),
+            api_url=(env.get("APPROVALS_API_URL") or "http://127.0.0.1:8000").rstrip("/"),
+            api_token=env.get("APPROVALS_API_TOKEN") or None,
         )
 
     def require(self, *names: str) -> None:
@@ -156,12 +167,14 @@ _ATTRIBUTE_OF = {
     "SLACK_APP_TOKEN": "slack_app_token",
     "APPROVALS_CHANNEL": "channel",
     "APPROVALS_TOOL_MODULES": "tool_modules",
+    "APPROVALS_API_TOKEN": "api_token",
 }
 _WHY = {
     "SLACK_BOT_TOKEN": "the bot token (xoxb-...) from the Slack app's OAuth page",
     "SLACK_SIGNING_SECRET": "the signing secret from the Slack app's Basic Information page",
     "SLACK_APP_TOKEN": "an app-level token (xapp-...) with connections:write, for Socket Mode",
     "APPROVALS_CHANNEL": "the channel id where approval cards are posted (e.g. C0123456789)",
+    "APPROVALS_API_TOKEN": "a token from `approvals tokens create --agent NAME`",
     "APPROVALS_TOOL_MODULES": (
         "the modules the worker may import tools from, comma-separated (e.g. myagents.tools); "
         "anyone who can write to Redis could otherwise name any function"

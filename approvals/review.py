@@ -290,12 +290,21 @@ def _lost(
 def _after_decision(
     conn: redis.Redis, settings: Settings, approval: Approval, decision: Decision
 ) -> None:
-    """Audit the decision and resume the agent (unless the gate stops the run)."""
+    """Audit the decision and resume the agent (unless the gate stops the run), or, for an
+    external approval, wake its caller."""
     details: dict[str, Any] = {"reason": decision.reason or ""}
     if decision.kind is DecisionKind.EDIT:
         details.update(proposed=approval.arguments, approved=decision.arguments)
     if decision.kind is DecisionKind.RESPOND:
         details.update(response=decision.response)
+    if approval.external:
+        # No chain to resume: the decision is handed to the caller waiting for it.
+        pipe = conn.pipeline()
+        pipe.multi()
+        store.audit(pipe, approval.id, decision.kind.status.value, decision.actor, **details)
+        store.wake_caller(pipe, approval.id, settings.result_ttl)
+        pipe.execute()
+        return
     refused = decision.kind in (DecisionKind.REJECT, DecisionKind.EXPIRE)
     if refused and approval.policy.on_reject is OnReject.STOP:
         store.audit(conn, approval.id, decision.kind.status.value, decision.actor, **details)
