@@ -16,6 +16,7 @@ import redis
 import redis.asyncio as redis_async
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from api.auth import authenticate, check_may_ask
@@ -55,6 +56,7 @@ def build_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.conn = store.connect(settings)
     app.add_exception_handler(InvalidArguments, _invalid_arguments)
+    app.add_exception_handler(RequestValidationError, _invalid_body)
     _routes(app)
     app.add_middleware(BodySizeLimit, limit=settings.api_max_body)
     return app
@@ -154,6 +156,21 @@ def _owned(conn: redis.Redis, approval_id: str, token: Token) -> Approval:
     if not approval.external or approval.agent != token.agent:
         raise HTTPException(404, "no such approval")
     return approval
+
+
+async def _invalid_body(request: Request, exc: Exception) -> JSONResponse:
+    """422 naming each field and what is wrong, without echoing the input back (it may be
+    bytes that are not JSON, or a secret)."""
+    assert isinstance(exc, RequestValidationError)
+    detail = [
+        {
+            "loc": list(error.get("loc", ())),
+            "msg": str(error.get("msg", "")),
+            "type": error.get("type"),
+        }
+        for error in exc.errors()
+    ]
+    return JSONResponse({"detail": detail}, status_code=422)
 
 
 async def _invalid_arguments(request: Request, exc: Exception) -> JSONResponse:

@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from approvals import store
 from approvals.client import ApiError, Client
@@ -180,3 +182,44 @@ def test_the_openapi_document_is_served(stack: Stack) -> None:
         "/v1/approvals/{approval_id}/result",
     }
     assert "schema" in doc["components"]["schemas"]["ApprovalBody"]["properties"]
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+_fields = st.sampled_from(
+    ["tool", "arguments", "schema", "expires_in", "approvers", "approvals_required", "editable",
+     "idempotency_key", "channel", "preview", "agent", "reason_required", "x"]
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    body=st.one_of(
+        st.dictionaries(_fields, _json_values, max_size=6),
+        _json_values,
+        st.binary(max_size=200),
+    )
+)
+def test_hostile_bodies_get_4xx_never_a_crash(stack: Stack, body: object) -> None:
+    """Whatever the body, the API answers 201 or a clear 4xx; never a 5xx."""
+    headers = {"Authorization": f"Bearer {_fuzz_token(stack)}"}
+    url = stack.api_url + "/v1/approvals"
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers["Content-Type"] = "application/json"
+    answer = httpx.post(url, content=raw, headers=headers)
+    assert answer.status_code in (201, 400, 403, 413, 422), answer.text
+    result = httpx.post(url + "/0123456789abcdef/result", content=raw, headers=headers)
+    assert result.status_code in (400, 404, 422), result.text
+
+
+_fuzz_tokens: dict[int, str] = {}
+
+
+def _fuzz_token(stack: Stack) -> str:
+    """One token for all examples (a token per example would fill the token list)."""
+    return _fuzz_tokens.setdefault(id(stack), stack.token("fuzzer"))
