@@ -39,7 +39,11 @@ def build_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.aconn = redis_async.Redis.from_url(settings.redis_url, max_connections=4000)
+        # A blocking read lasts up to MAX_WAIT: the socket must outwait it (redis-py's default
+        # read timeout would cut a long wait short with an error).
+        app.state.aconn = redis_async.Redis.from_url(
+            settings.redis_url, max_connections=4000, socket_timeout=MAX_WAIT + 15
+        )
         yield
         await app.state.aconn.aclose()
         app.state.conn.close()

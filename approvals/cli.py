@@ -262,6 +262,55 @@ def tokens_create(settings: Settings, agent: str, tools: str) -> None:
     click.echo(secret)
 
 
+@cli.group(name="hook")
+def hook_group() -> None:
+    """Hooks of coding agents that ask people in Slack through `approvals api`."""
+
+
+@hook_group.command(name="claude-code")
+@click.option(
+    "--tools",
+    default="Bash|Write|Edit|MultiEdit",
+    show_default=True,
+    help="Regex of the tool names that need a person (others pass).",
+)
+@click.option("--command-pattern", default=None, help="Regex: only Bash commands matching it ask.")
+@click.option(
+    "--timeout",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(1, 86400),
+    help="Seconds to wait for a decision; then the call is denied.",
+)
+@click.option(
+    "--project-writes-pass",
+    is_flag=True,
+    help="Writes inside the session's working directory pass; only writes outside it ask.",
+)
+def hook_claude_code(
+    tools: str, command_pattern: str | None, timeout: float, project_writes_pass: bool
+) -> None:
+    """Claude Code PreToolUse hook: reads the call on stdin, prints allow or deny (never allows
+    on error or timeout). Reads APPROVALS_API_URL and APPROVALS_API_TOKEN."""
+    import re
+    import sys
+
+    from api.claude_code import HookRules, deny, run_hook
+
+    raw = sys.stdin.read()
+    try:
+        rules = HookRules(
+            re.compile(tools),
+            re.compile(command_pattern) if command_pattern else None,
+            project_writes_pass,
+        )
+        output = run_hook(raw, Settings.from_env(), rules, timeout)
+    except Exception as exc:  # a bad option or setting: deny, never allow
+        output = json.dumps(deny(f"the approvals hook is misconfigured ({exc}); denied"))
+    if output:
+        click.echo(output)
+
+
 @tokens_group.command(name="list")
 @pass_settings
 def tokens_list(settings: Settings) -> None:

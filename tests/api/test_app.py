@@ -94,9 +94,10 @@ def test_edit_reject_and_respond_reach_the_caller(stack: Stack) -> None:
 
 
 def test_expiry_reaches_the_caller(stack: Stack) -> None:
-    """Nobody decides in time: the waiting caller is told ``expired``."""
+    """Nobody decides in time: the waiting caller is told ``expired`` (one wait longer than
+    redis-py's default read timeout, which must not cut it short)."""
     client = stack.client(stack.token("sleepy"))
-    made = client.request("deploy", {"path": "web"}, expires_in=1)
+    made = client.request("deploy", {"path": "web"}, expires_in=6)
     got = client.wait(made["id"], timeout=25)
     assert got["status"] == "expired" and got["decision"]["kind"] == "expire"
 
