@@ -262,6 +262,17 @@ def tokens_create(settings: Settings, agent: str, tools: str) -> None:
     click.echo(secret)
 
 
+@cli.command(name="mcp")
+@pass_settings
+def mcp_run(settings: Settings) -> None:
+    """Serve the MCP tools request_approval and list_pending over stdio (through the API at
+    APPROVALS_API_URL, as APPROVALS_API_TOKEN's agent)."""
+    from api.mcp_server import build_server
+
+    settings.require("APPROVALS_API_TOKEN")
+    build_server(settings).run()
+
+
 @cli.group(name="hook")
 def hook_group() -> None:
     """Hooks of coding agents that ask people in Slack through `approvals api`."""
