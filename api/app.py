@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 
 from api.auth import authenticate, check_may_ask
 from api.bodies import MAX_WAIT, ApprovalBody, ResultBody
+from api.mcp_server import build_server
 from api.size import BodySizeLimit
 from approvals import external, store
 from approvals.config import Settings
@@ -37,6 +38,9 @@ Auth = Annotated[Token, Depends(authenticate)]
 def build_app(settings: Settings) -> FastAPI:
     """The API for ``settings``; ``approvals api`` serves it on uvicorn."""
 
+    mcp_server = build_server(settings)
+    mcp_app = mcp_server.streamable_http_app(streamable_http_path="/mcp")
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # A blocking read lasts up to MAX_WAIT: the socket must outwait it (redis-py's default
@@ -44,7 +48,8 @@ def build_app(settings: Settings) -> FastAPI:
         app.state.aconn = redis_async.Redis.from_url(
             settings.redis_url, max_connections=4000, socket_timeout=MAX_WAIT + 15
         )
-        yield
+        async with mcp_server.session_manager.run():
+            yield
         await app.state.aconn.aclose()
         app.state.conn.close()
 
@@ -62,6 +67,8 @@ def build_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(InvalidArguments, _invalid_arguments)
     app.add_exception_handler(RequestValidationError, _invalid_body)
     _routes(app)
+    # MCP over streamable HTTP at /mcp: its tools call this API with the client's own token.
+    app.router.routes.extend(mcp_app.routes)
     app.add_middleware(BodySizeLimit, limit=settings.api_max_body)
     return app
 

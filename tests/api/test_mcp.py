@@ -7,11 +7,13 @@ import asyncio
 import json
 from typing import Any
 
+import httpx2
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.api.conftest import Stack
-from tests.e2e import card_of, submit_reject
+from tests.e2e import card_of, click, submit_reject
 from tests.processes import ROOT, approvals_command, wait_until
 
 
@@ -65,3 +67,30 @@ def test_request_approval_over_stdio_returns_the_slack_decision(stack: Stack) ->
     assert answer["status"] == "rejected" and answer["receipt"] is None
     assert answer["decision"]["reason"] == "use the staging bucket"
     assert _json(pending) == []
+
+
+def test_request_approval_over_streamable_http_on_the_api(stack: Stack) -> None:
+    """The same tool mounted on the API at /mcp, as the bearer token's agent."""
+    token = stack.token("mcp-http-agent")
+    lister = stack.client(token)
+
+    def approve_when_posted() -> None:
+        (waiting,) = wait_until(lambda: lister.pending(), 30, "the MCP request")
+        card = card_of(stack.slack, waiting["id"])
+        click(stack.slack, stack.bot_url, "approve", waiting["id"], card_ts=card.ts)
+
+    async def run() -> Any:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+            transport = streamable_http_client(stack.api_url + "/mcp", http_client=http)
+            async with Client(transport) as client:
+                deciding = asyncio.create_task(asyncio.to_thread(approve_when_posted))
+                result = await client.call_tool(
+                    "request_approval", {"tool": "restart", "arguments": {"service": "web"}}
+                )
+                await deciding
+                return result
+
+    answer = _json(asyncio.run(run()))
+    assert answer["status"] == "approved" and answer["agent"] == "mcp-http-agent"
+    assert answer["decision"]["arguments"] == {"service": "web"}
