@@ -1,6 +1,6 @@
-"""One stack per test module: a private Redis database, the bot, a worker and ``approvals api``,
-all real processes. Tests tell their approvals apart by id and use their own tokens, so they
-share it (starting the three processes per test would cost most of the suite's time)."""
+"""One stack for all of tests/api: a private Redis database, the bot, a worker and
+``approvals api``, all real processes. Tests tell their approvals apart by id and use tokens
+of their own agents, so they share it (three processes per test would cost most of the time)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def _answers(url: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def stack(
     redis_server: RedisServer,
     slack_server: SlackStandIn,
