@@ -14,6 +14,9 @@ from approvals.config import Settings
 def serve(settings: Settings, host: str, port: int) -> None:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit it: without it an answer written in two parts waits for
+    # the client's delayed ACK (Nagle's algorithm), which every request paid.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
     print(f"approvals api listening on http://{host}:{bound}", flush=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import agent_side, bot_http, docs, loop, throughput
+from bench import agent_side, api_wait, bot_http, docs, loop, throughput
 from bench.harness import Bench
 from bench.report import (
     Figure,
@@ -53,14 +53,15 @@ class Plan:
     counts: int
     polls: int
     poll_window: float
+    callers: int
 
     @classmethod
     def full(cls) -> Plan:
-        return cls(200, 6, 50, 2, 500, 100, 2, 200, 100_000, 100, 1000, 5, 40, 20.0)
+        return cls(200, 6, 50, 2, 500, 100, 2, 200, 100_000, 100, 1000, 5, 40, 20.0, 200)
 
     @classmethod
     def quick(cls) -> Plan:
-        return cls(5, 1, 10, 1, 50, 5, 1, 10, 10_000, 3, 10, 1, 3, 1.0)
+        return cls(5, 1, 10, 1, 50, 5, 1, 10, 10_000, 3, 10, 1, 3, 1.0, 10)
 
 
 POLL_INTERVAL = 2.0
@@ -296,12 +297,32 @@ def throughput_all(bench: Bench, plan: Plan, out: list[Figure]) -> None:
                 )
 
 
+def api_waiters(bench: Bench, plan: Plan, out: list[Figure]) -> None:
+    """B9: ``approvals api`` with many callers waiting at once (no bot or worker needed: the
+    decisions are made through ``review.decide``, the function the bot's buttons call)."""
+    with bench.phase("api", bot=False) as phase:
+        waits = api_wait.run_api_wait(phase, plan.callers)
+        out.append(
+            Figure(
+                "B9",
+                f"decision → waiting API caller answered, {plan.callers} waiting",
+                "ms",
+                waits.samples,
+                waits.floor,
+                "all answered, p50 ≤ 20 ms",
+                at_most(p50=20),
+                failures=waits.failures,
+            )
+        )
+
+
 GROUPS: dict[str, Group] = {
     "default": default_worker,
     "fast": fast_worker,
     "bot": bot_only,
     "agent": agent_only,
     "throughput": throughput_all,
+    "api": api_waiters,
 }
 ORDER = [
     "B1",
@@ -315,6 +336,7 @@ ORDER = [
     "B6",
     "B7",
     "B8",
+    "B9",
 ]
 
 
