@@ -180,6 +180,7 @@ def answer(approval: Approval) -> dict[str, Any]:
         "receipt": approval.receipt,
         "votes": list(approval.votes),
         "expires_at": approval.expires_at,
+        "card_url": card_url(approval),
     }
     if decision is not None:
         runs = decision.kind in (DecisionKind.APPROVE, DecisionKind.EDIT)
@@ -196,6 +197,13 @@ def answer(approval: Approval) -> dict[str, Any]:
         ok = approval.status is Status.COMPLETED
         data["result"] = {"ok": ok, "output": approval.result.tool_output}
     return data
+
+
+def card_url(approval: Approval) -> str | None:
+    """A link to the approval's card in Slack (None until the worker has posted it)."""
+    if approval.card_ts is None:
+        return None
+    return f"https://slack.com/archives/{approval.channel}/p{approval.card_ts.replace('.', '')}"
 
 
 def pending_of(conn: redis.Redis, agent: str, limit: int = 100) -> list[Approval]:

@@ -47,11 +47,11 @@ EXPLAINED: dict[str, str] = {
         "the CPU of the machine the bench shares between every part."
     ),
     "B9": (
-        "Many callers wait at once on `GET /v1/approvals/{id}?wait=` against one `approvals api` "
-        "process; each approval is then decided through the same function the Slack buttons "
-        "call, one after another. The figure is the time from a decision to its caller's "
-        "answer; every caller must be answered. The floor is Redis's own hand-off: an `XADD` "
-        "on one connection until a blocked `XREAD` on another returns."
+        "Many callers wait at once, each on the waiting `GET` of its own approval (`?wait=`), "
+        "against one `approvals api` process; each approval is then decided through the function "
+        "the Slack buttons call, one after another. The figure is the time from a decision to its "
+        "caller's answer; every caller must be answered. The floor is Redis's own hand-off: an "
+        "`XADD` on one connection until a blocked `XREAD` on another returns."
     ),
     "B3": (
         "Inside the agent's process: from the gate raising `llm.PauseChain` to `run_agent` "

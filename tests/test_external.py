@@ -4,12 +4,13 @@ caller instead of resumed, and ended by the caller's report."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import redis
 import redis.asyncio as redis_async
 
-from approvals import external, queue, store
+from approvals import external, queue, recovery, store
 from approvals.config import Settings
 from approvals.errors import InvalidArguments, NotAllowed
 from approvals.external import ExternalRequest
@@ -106,3 +107,13 @@ def test_self_approval_and_quorum_apply(env: dict[str, str], conn: redis.Redis) 
         decide(conn, settings, approval_id, DecisionKind.APPROVE, "UCAROL").status
         is Status.APPROVED
     )
+
+
+def test_recovery_never_queues_a_resume_for_one(env: dict[str, str], conn: redis.Redis) -> None:
+    """A decided external approval with no resume job is not stranded: its caller acts."""
+    settings = Settings.from_env()
+    approval_id = _ask(conn)
+    decide(conn, settings, approval_id, DecisionKind.APPROVE, "UBOB")
+    conn.zadd(store.DECIDED_KEY, {approval_id: time.time() - recovery.STRANDED_AFTER - 1})
+    assert recovery.requeue_stranded(conn, settings) == []
+    assert not queue.resume_queued(conn, approval_id)

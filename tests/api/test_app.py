@@ -50,7 +50,7 @@ def test_approve_reaches_the_waiting_caller_and_its_result_the_thread(stack: Sta
     made = client.request(
         "deploy", {"path": "web"}, summary="Deploy web", preview="*web* to prod", schema=SCHEMA
     )
-    assert made["status"] == "pending" and made["receipt"] is None
+    assert made["status"] == "pending" and made["receipt"] is None and "card_url" in made
     card = card_of(stack.slack, made["id"])
     assert "*web* to prod" in block_text(card)
     thread, got = _waiting(client, made["id"])
@@ -60,6 +60,7 @@ def test_approve_reaches_the_waiting_caller_and_its_result_the_thread(stack: Sta
     assert got["status"] == "approved"
     assert got["decision"]["kind"] == "approve" and got["decision"]["actor"] == "UALICE"
     assert got["decision"]["arguments"] == {"path": "web"}
+    assert got["card_url"].endswith("/p" + card.ts.replace(".", ""))
     done = client.report(made["id"], ok=True, output="deployed 3 pods")
     assert done["status"] == "completed" and done["result"]["ok"] is True
     reply_containing(stack.slack, card.ts, "deployed 3 pods")
