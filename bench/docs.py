@@ -49,7 +49,8 @@ EXPLAINED: dict[str, str] = {
     "B9": (
         "Many callers wait at once, each on the waiting `GET` of its own approval (`?wait=`), "
         "against one `approvals api` process; each approval is then decided through the function "
-        "the Slack buttons call, one after another. The figure is the time from a decision to its "
+        "the Slack buttons call, each once the previous caller has its answer. The figure is the "
+        "time from a decision to its "
         "caller's answer; every caller must be answered. The floor is Redis's own hand-off: an "
         "`XADD` on one connection until a blocked `XREAD` on another returns."
     ),
