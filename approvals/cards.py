@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from approvals.limits import FIELD_TEXT, HEADER_TEXT, SECTION_TEXT, SIBLING_PREVIEW, truncate
-from approvals.models import Approval, DecisionKind, OnReject, Status
+from approvals.models import Approval, DecisionKind, OnReject, RunResult, Status
 from approvals.secrets import mask
 
 APPROVE_ACTION = "approval_approve"
@@ -98,6 +98,8 @@ def build_card(approval: Approval) -> list[Block]:
     ]
     if approval.summary:
         blocks.append(_section(f"*{approval.summary}*"))
+    if approval.preview:  # the caller's own markdown (external approvals)
+        blocks.append(_section(truncate(approval.preview, SECTION_TEXT)))
     blocks.append({"type": "section", "fields": _fields(approval)})
     blocks.append(_section(arguments_text(approval.shown_arguments)))
     if approval.siblings:
@@ -302,12 +304,22 @@ def _chunks(text: str, size: int = SECTION_TEXT - 100) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
+def _caller_report(approval: Approval, result: RunResult) -> Block:
+    """What an external approval's caller reported doing after the decision."""
+    mark = ":white_check_mark:" if result.status is Status.COMPLETED else ":x:"
+    verb = "done" if result.status is Status.COMPLETED else "it failed"
+    output = truncate(result.tool_output or "(no output)", SECTION_TEXT - 200)
+    return _section(f"{mark} {approval.agent} reports {verb}:\n```\n{output}\n```")
+
+
 def build_result_messages(approval: Approval) -> list[list[Block]]:
     """The thread replies for a finished run: one, unless a long answer needs more; it shows
     what the tool returned, then the outcome (one reply is one Slack call fewer per run)."""
     result = approval.result
     if result is None:
         return []
+    if approval.external:
+        return [[_caller_report(approval, result)]]
     messages: list[list[Block]]
     if result.status is Status.FAILED:
         messages = [[_section(f":x: The run failed: {result.error}")]]

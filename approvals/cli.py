@@ -447,6 +447,121 @@ def receipt_verify(
     click.echo("valid: signed by a known key, for these arguments, and not expired")
 
 
+@cli.command(name="api")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=8000, show_default=True, help="HTTP port (0 picks a free one).")
+@pass_settings
+def api_run(settings: Settings, host: str, port: int) -> None:
+    """Run the HTTP API any agent asks through (OpenAPI at /v1/openapi.json)."""
+    from api.server import serve
+    from approvals.logs import configure_logging
+
+    configure_logging(settings)
+    serve(settings, host, port)
+
+
+@cli.group(name="tokens")
+def tokens_group() -> None:
+    """Bearer tokens for the HTTP API, one per agent."""
+
+
+@tokens_group.command(name="create")
+@click.option("--agent", required=True, help="The agent this token asks for.")
+@click.option("--tools", default="", help="Comma-separated tools it may ask for (default: any).")
+@pass_settings
+def tokens_create(settings: Settings, agent: str, tools: str) -> None:
+    """Create a token; it is printed once, alone on the last line."""
+    from approvals.tokens import create_token
+
+    names = tuple(name.strip() for name in tools.split(",") if name.strip())
+    token, secret = create_token(store.connect(settings), agent, names)
+    click.echo(f"token {token.id} for agent {agent!r} (store it now: it is not shown again)")
+    click.echo(secret)
+
+
+@cli.command(name="mcp")
+@pass_settings
+def mcp_run(settings: Settings) -> None:
+    """Serve the MCP tools request_approval and list_pending over stdio (through the API at
+    APPROVALS_API_URL, as APPROVALS_API_TOKEN's agent)."""
+    from api.mcp_server import build_server
+
+    settings.require("APPROVALS_API_TOKEN")
+    build_server(settings).run()
+
+
+@cli.group(name="hook")
+def hook_group() -> None:
+    """Hooks of coding agents that ask people in Slack through `approvals api`."""
+
+
+@hook_group.command(name="claude-code")
+@click.option(
+    "--tools",
+    default="Bash|Write|Edit|MultiEdit",
+    show_default=True,
+    help="Regex of the tool names that need a person (others pass).",
+)
+@click.option("--command-pattern", default=None, help="Regex: only Bash commands matching it ask.")
+@click.option(
+    "--timeout",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(1, 86400),
+    help="Seconds to wait for a decision; then the call is denied.",
+)
+@click.option(
+    "--project-writes-pass",
+    is_flag=True,
+    help="Writes inside the session's working directory pass; only writes outside it ask.",
+)
+def hook_claude_code(
+    tools: str, command_pattern: str | None, timeout: float, project_writes_pass: bool
+) -> None:
+    """Claude Code PreToolUse hook: reads the call on stdin, prints allow or deny (never allows
+    on error or timeout). Reads APPROVALS_API_URL and APPROVALS_API_TOKEN."""
+    import re
+    import sys
+
+    from api.claude_code import HookRules, deny, run_hook
+
+    raw = sys.stdin.read()
+    try:
+        rules = HookRules(
+            re.compile(tools),
+            re.compile(command_pattern) if command_pattern else None,
+            project_writes_pass,
+        )
+        output = run_hook(raw, Settings.from_env(), rules, timeout)
+    except Exception as exc:  # a bad option or setting: deny, never allow
+        output = json.dumps(deny(f"the approvals hook is misconfigured ({exc}); denied"))
+    if output:
+        click.echo(output)
+
+
+@tokens_group.command(name="list")
+@pass_settings
+def tokens_list(settings: Settings) -> None:
+    """List tokens: id, agent, tools, created (never the tokens themselves)."""
+    from approvals.tokens import list_tokens
+
+    for token in list_tokens(store.connect(settings)):
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(token.created_at))
+        click.echo(f"{token.id}  {token.agent}  {','.join(token.tools) or '*'}  {created}")
+
+
+@tokens_group.command(name="revoke")
+@click.argument("token_id")
+@pass_settings
+def tokens_revoke(settings: Settings, token_id: str) -> None:
+    """Revoke a token by its id (from ``approvals tokens list``)."""
+    from approvals.tokens import revoke_token
+
+    if not revoke_token(store.connect(settings), token_id):
+        raise click.ClickException(f"no token with id {token_id!r}")
+    click.echo(f"token {token_id} revoked")
+
+
 @cli.command(name="doctor")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object with every check.")
 @pass_settings

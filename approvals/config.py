@@ -117,6 +117,13 @@ class Settings:
     webhook_secret: str | None = None
     #: Seconds an approval's audit trail is kept (0: kept until deleted by hand).
     audit_ttl: int = 0
+    #: ``approvals api``: the largest request body accepted, in bytes (larger: HTTP 413).
+    api_max_body: int = 64 * 1024
+    #: ``approvals api``: requests one token may make per minute (more: HTTP 429).
+    api_rate_limit: int = 600
+    #: Where callers (``approvals hook``, ``approvals mcp``) reach ``approvals api``, and as whom.
+    api_url: str = "http://127.0.0.1:8000"
+    api_token: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -164,6 +171,10 @@ class Settings:
             webhook_urls=_csv(env.get("APPROVALS_WEBHOOK_URLS")),
             webhook_secret=_webhook_secret(env),
             audit_ttl=int(_number(env, "APPROVALS_AUDIT_TTL", 0, low=0)),
+            api_max_body=int(_number(env, "APPROVALS_API_MAX_BODY", 64 * 1024, low=1024)),
+            api_rate_limit=int(_number(env, "APPROVALS_API_RATE_LIMIT", 600, low=1)),
+            api_url=(env.get("APPROVALS_API_URL") or "http://127.0.0.1:8000").rstrip("/"),
+            api_token=env.get("APPROVALS_API_TOKEN") or None,
         )
 
     def require(self, *names: str) -> None:
@@ -205,6 +216,7 @@ _ATTRIBUTE_OF = {
     "APPROVALS_CHANNEL": "channel",
     "APPROVALS_TOOL_MODULES": "tool_modules",
     "APPROVALS_SIGNING_KEY": "signing_key",
+    "APPROVALS_API_TOKEN": "api_token",
 }
 _WHY = {
     "APPROVALS_SIGNING_KEY": "the path of the Ed25519 private key receipts are signed with",
@@ -212,6 +224,7 @@ _WHY = {
     "SLACK_SIGNING_SECRET": "the signing secret from the Slack app's Basic Information page",
     "SLACK_APP_TOKEN": "an app-level token (xapp-...) with connections:write, for Socket Mode",
     "APPROVALS_CHANNEL": "the channel id where approval cards are posted (e.g. C0123456789)",
+    "APPROVALS_API_TOKEN": "a token from `approvals tokens create --agent NAME`",
     "APPROVALS_TOOL_MODULES": (
         "the modules the worker may import tools from, comma-separated (e.g. myagents.tools); "
         "anyone who can write to Redis could otherwise name any function"

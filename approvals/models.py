@@ -12,8 +12,11 @@ An approval is one paused tool call waiting for people. Its life::
                                                      may have been running)
 
 A rejected or expired approval whose gate says ``on_reject="stop"`` is never resumed: its run
-ends there. ``TRANSITIONS`` is the only statement of which moves are legal; ``store`` applies
-them atomically (a compare-and-set in Redis), so two clicks can never both leave ``pending``.
+ends there. An *external* approval (asked through the HTTP API, ``approvals.external``) has no
+chain to resume: its decision is handed to the caller waiting for it, and the caller's report
+of what it then did moves it through ``running`` to ``completed`` or ``failed`` at once.
+``TRANSITIONS`` is the only statement of which moves are legal; ``store`` applies them
+atomically (a compare-and-set in Redis), so two clicks can never both leave ``pending``.
 Records are JSON; loading checks every field because Redis is a trust boundary.
 """
 
@@ -211,6 +214,10 @@ class Approval:
     asynchronous: bool = False
     #: Write the run's turns to llm's log database as they happen (``APPROVALS_LLM_LOG``).
     llm_log: bool = False
+    #: Asked through the HTTP API: the decision goes to the waiting caller, nothing resumes.
+    external: bool = False
+    #: Markdown the caller wrote for the card (external approvals).
+    preview: str | None = None
     status: Status = Status.PENDING
     card_ts: str | None = None
     decision: Decision | None = None
@@ -346,6 +353,8 @@ def approval_from_parts(
         on_finish=_get(record, "on_finish", str, optional=True),
         asynchronous=_get(record, "asynchronous", bool, optional=True) or False,
         llm_log=_get(record, "llm_log", bool, optional=True) or False,
+        external=_get(record, "external", bool, optional=True) or False,
+        preview=_get(record, "preview", str, optional=True),
         status=_enum(Status, status),
         card_ts=card_ts if isinstance(card_ts, str) else None,
         decision=None if decision is None else _decision_from_dict(decision),

@@ -81,6 +81,8 @@ def requeue_stranded(conn: redis.Redis, settings: Settings) -> list[str]:
         stopped = approval.status in (Status.REJECTED, Status.EXPIRED) and (
             approval.policy.on_reject is OnReject.STOP
         )
+        if approval.external:  # its caller acts on the decision: nothing to resume
+            continue
         if approval.status not in DECIDED or stopped or queue.resume_queued(conn, approval.id):
             continue
         if not store.claim(conn, approval.id, REQUEUED):

@@ -345,12 +345,22 @@ def _after_decision(
     approvers: tuple[str, ...] = (),
 ) -> None:
     """Audit the decision, with its receipt, and resume the agent (unless the gate stops
-    the run). The decider signs here: it is the process that witnessed the decision."""
+    the run), or, for an external approval, wake its caller. The decider signs here: it is
+    the process that witnessed the decision."""
     details: dict[str, Any] = {"reason": decision.reason or ""}
     if decision.kind is DecisionKind.EDIT:
         details.update(proposed=approval.arguments, approved=decision.arguments)
     if decision.kind is DecisionKind.RESPOND:
         details.update(response=decision.response)
+    if approval.external:
+        # No chain to resume: the decision, and its receipt, go to the caller waiting for it.
+        signed = _receipt(settings, approval, decision, approvers)
+        details.update(signed)
+        kind = decision.kind.status.value
+        store.audit(conn, approval.id, kind, decision.actor, fields=signed, **details)
+        _count_decision(conn, approval, decision)
+        store.wake_caller(conn, approval.id, settings.result_ttl)
+        return
     refused = decision.kind in (DecisionKind.REJECT, DecisionKind.EXPIRE)
     if refused and approval.policy.on_reject is OnReject.STOP:
         store.audit(conn, approval.id, decision.kind.status.value, decision.actor, **details)

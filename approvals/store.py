@@ -33,6 +33,10 @@ Audit entries are chained: each carries the hash of the one before it, and is ap
 compare-and-append (the list must still have the length the hash was read at), so entries
 written at the same moment by the bot and a worker still form one chain. An entry that is a
 state change is put in the ``events`` outbox in the same step, so a webhook is never lost.
+    approvals:answer:<id>     stream  wakes the caller waiting on an external approval (TTL)
+    approvals:tokens          hash    API token digest (SHA-256) -> its record (JSON)
+    approvals:idem:<agent>:<digest> string the approval an idempotency key created (TTL)
+    approvals:rate:<token>:<minute> string requests a token made in that minute (TTL)
 
 The history lives apart from the hash so that listing and deciding never read it. Status
 changes go through ``transition``, a Lua compare-and-set: it checks the current status against
@@ -49,6 +53,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
+import redis.asyncio as redis_async
 from redis.commands.core import Script
 from redis.driver_info import DriverInfo
 
@@ -172,6 +177,21 @@ def run_pauses_key(run_id: str) -> str:
 
 def outcome_key(run_id: str) -> str:
     return f"{PREFIX}outcome:{run_id}"
+
+
+def answer_key(approval_id: str) -> str:
+    return f"{PREFIX}answer:{approval_id}"
+
+
+TOKENS_KEY = PREFIX + "tokens"
+
+
+def idempotency_key(agent: str, digest: str) -> str:
+    return f"{PREFIX}idem:{agent}:{digest}"
+
+
+def rate_key(token_id: str, minute: int) -> str:
+    return f"{PREFIX}rate:{token_id}:{minute}"
 
 
 _shared: dict[str, redis.Redis] = {}
@@ -661,6 +681,67 @@ def load_outcome(conn: redis.Redis, run_id: str) -> tuple[Any, str | None]:
     return _json(raw[0]), _text(raw[1]) or None
 
 
+def wake_caller(target: Any, approval_id: str, ttl: int) -> None:
+    """Wake the caller waiting on an external approval (``wait_answer``); ``target`` is a
+    client or a pipeline (the decision's own transaction)."""
+    target.xadd(answer_key(approval_id), {"event": "decided"})
+    target.expire(answer_key(approval_id), max(ttl, 1))
+
+
+async def wait_answer(aconn: redis_async.Redis, approval_id: str, block: float) -> bool:
+    """Block up to ``block`` seconds (an asyncio client: a waiting caller costs no thread)
+    until the approval's caller is woken; True when it was, or had been already.
+
+    Read from the stream's start, so a decision made just before the read is not missed.
+    """
+    found = await aconn.xread({answer_key(approval_id): "0"}, count=1, block=int(block * 1000))
+    return bool(found)
+
+
+def save_token(conn: redis.Redis, digest: str, record: dict[str, Any]) -> None:
+    conn.hset(TOKENS_KEY, digest, json.dumps(record))
+
+
+def token_record(conn: redis.Redis, digest: str) -> Any:
+    """The record of the token with this digest (decoded JSON; None when unknown)."""
+    return _json(cast(bytes | None, conn.hget(TOKENS_KEY, digest)))
+
+
+def token_records(conn: redis.Redis) -> dict[str, Any]:
+    """Every token's record by digest (decoded JSON)."""
+    raw = cast(dict[bytes, bytes], conn.hgetall(TOKENS_KEY))
+    return {_text(k): _json(v) for k, v in raw.items()}
+
+
+def delete_token(conn: redis.Redis, digest: str) -> bool:
+    return bool(conn.hdel(TOKENS_KEY, digest))
+
+
+def claim_idempotency(
+    conn: redis.Redis, agent: str, digest: str, approval_id: str, ttl: int
+) -> str | None:
+    """Bind an idempotency key to ``approval_id``; returns the id it was bound to already
+    (None: this call bound it)."""
+    key = idempotency_key(agent, digest)
+    if conn.set(key, approval_id, nx=True, ex=max(ttl, 1)):
+        return None
+    return _text(conn.get(key)) or None
+
+
+def forget_idempotency(conn: redis.Redis, agent: str, digest: str) -> None:
+    conn.delete(idempotency_key(agent, digest))
+
+
+def count_request(conn: redis.Redis, token_id: str, now: float) -> int:
+    """Count one request of a token in the current minute; returns the minute's count."""
+    minute = int(now // 60)
+    pipe = conn.pipeline(transaction=True)
+    pipe.incr(rate_key(token_id, minute))
+    pipe.expire(rate_key(token_id, minute), 120)
+    count, _ = pipe.execute()
+    return int(count)
+
+
 def load(conn: redis.Redis, approval_id: str) -> Approval:
     """Read an approval (without its history); ``UnknownApproval`` or ``CorruptRecord``."""
     raw = cast(dict[bytes, bytes], conn.hgetall(approval_key(approval_id)))
@@ -745,6 +826,8 @@ def pending_models(conn: redis.Redis, batch: int = 500) -> dict[tuple[str, bool]
         for raw in pipe.execute():
             try:
                 record: Any = json.loads(raw) if raw else {}
+                if record.get("external") is True:
+                    continue  # no model resumes it
                 key = (str(record["model_id"]), record.get("asynchronous") is True)
             except (ValueError, TypeError, KeyError, AttributeError):
                 continue  # a corrupt record is reported where it is loaded

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from approvals.archive import upgrade as archive_upgrade
-from bench import agent_side, bot_http, docs, loop, retention, throughput
+from bench import agent_side, api_wait, bot_http, docs, loop, retention, throughput
 from bench.harness import Bench
 from bench.report import (
     Figure,
@@ -57,14 +57,18 @@ class Plan:
     #: B9: approvals that finished a month ago, and approvals still waiting beside them.
     finished: int
     still_waiting: int
+    #: B10: API callers waiting at once.
+    callers: int
 
     @classmethod
     def full(cls) -> Plan:
-        return cls(200, 6, 50, 2, 500, 100, 2, 200, 100_000, 100, 1000, 5, 40, 20.0, 100_000, 1000)
+        return cls(
+            200, 6, 50, 2, 500, 100, 2, 200, 100_000, 100, 1000, 5, 40, 20.0, 100_000, 1000, 200
+        )
 
     @classmethod
     def quick(cls) -> Plan:
-        return cls(5, 1, 10, 1, 50, 5, 1, 10, 10_000, 3, 10, 1, 3, 1.0, 2_000, 100)
+        return cls(5, 1, 10, 1, 50, 5, 1, 10, 10_000, 3, 10, 1, 3, 1.0, 2_000, 100, 10)
 
 
 POLL_INTERVAL = 2.0
@@ -351,6 +355,25 @@ def retention_sweep(bench: Bench, plan: Plan, out: list[Figure]) -> None:
         )
 
 
+def api_waiters(bench: Bench, plan: Plan, out: list[Figure]) -> None:
+    """B10: ``approvals api`` with many callers waiting at once (no bot or worker needed: the
+    decisions are made through ``review.decide``, the function the bot's buttons call)."""
+    with bench.phase("api", bot=False) as phase:
+        waits = api_wait.run_api_wait(phase, plan.callers)
+        out.append(
+            Figure(
+                "B10",
+                f"decision → waiting API caller answered, {plan.callers} waiting",
+                "ms",
+                waits.samples,
+                waits.floor,
+                "all answered, p50 ≤ 20 ms",
+                at_most(p50=20),
+                failures=waits.failures,
+            )
+        )
+
+
 GROUPS: dict[str, Group] = {
     "default": default_worker,
     "fast": fast_worker,
@@ -358,6 +381,7 @@ GROUPS: dict[str, Group] = {
     "agent": agent_only,
     "throughput": throughput_all,
     "retention": retention_sweep,
+    "api": api_waiters,
 }
 ORDER = [
     "B1",
@@ -372,6 +396,7 @@ ORDER = [
     "B7",
     "B8",
     "B9",
+    "B10",
 ]
 
 

@@ -46,6 +46,14 @@ EXPLAINED: dict[str, str] = {
         "worker is held until the burst is answered, so the resumes it would start do not take "
         "the CPU of the machine the bench shares between every part."
     ),
+    "B10": (
+        "Many callers wait at once, each on the waiting `GET` of its own approval (`?wait=`), "
+        "against one `approvals api` process; each approval is then decided through the function "
+        "the Slack buttons call, each once the previous caller has its answer. The figure is the "
+        "time from a decision to its "
+        "caller's answer; every caller must be answered. The floor is Redis's own hand-off: an "
+        "`XADD` on one connection until a blocked `XREAD` on another returns."
+    ),
     "B3": (
         "Inside the agent's process: from the gate raising `llm.PauseChain` to `run_agent` "
         "returning, at three sizes of saved history; the floor is one Redis SET of the same "

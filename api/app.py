@@ -1,0 +1,193 @@
+"""The FastAPI application: routes over ``approvals.external``, one concern per function.
+
+Quick Redis work runs in FastAPI's thread pool (the sync client RQ also uses); the long wait
+of ``GET ...?wait=`` is a blocking read on an asyncio client, so waiting callers hold no
+thread.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import redis
+import redis.asyncio as redis_async
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from api.auth import authenticate, check_may_ask
+from api.bodies import MAX_WAIT, ApprovalBody, ResultBody
+from api.mcp_server import build_server
+from api.size import BodySizeLimit
+from approvals import external, store
+from approvals.config import Settings
+from approvals.errors import ConfigError, InvalidArguments, NotAllowed, UnknownApproval
+from approvals.models import Approval, Status
+from approvals.tokens import Token
+
+#: Approval ids are 16 hex digits; anything else is not one (and never becomes a key name).
+_ID = re.compile(r"^[0-9a-f]{16}$")
+
+Auth = Annotated[Token, Depends(authenticate)]
+
+
+def build_app(settings: Settings) -> FastAPI:
+    """The API for ``settings``; ``approvals api`` serves it on uvicorn."""
+
+    mcp_server = build_server(settings)
+    mcp_app = mcp_server.streamable_http_app(streamable_http_path="/mcp")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # A blocking read lasts up to MAX_WAIT: the socket must outwait it (redis-py's default
+        # read timeout would cut a long wait short with an error).
+        app.state.aconn = redis_async.Redis.from_url(
+            settings.redis_url, max_connections=4000, socket_timeout=MAX_WAIT + 15
+        )
+        async with mcp_server.session_manager.run():
+            yield
+        await app.state.aconn.aclose()
+        app.state.conn.close()
+
+    app = FastAPI(
+        title="approvals",
+        summary="Ask people in Slack before an agent acts; wait for their decision.",
+        version="1",
+        openapi_url="/v1/openapi.json",
+        docs_url="/v1/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.conn = store.connect(settings)
+    app.add_exception_handler(InvalidArguments, _invalid_arguments)
+    app.add_exception_handler(RequestValidationError, _invalid_body)
+    _routes(app)
+    # MCP over streamable HTTP at /mcp: its tools call this API with the client's own token.
+    app.router.routes.extend(mcp_app.routes)
+    app.add_middleware(BodySizeLimit, limit=settings.api_max_body)
+    return app
+
+
+def _routes(app: FastAPI) -> None:
+    app.post("/v1/approvals", status_code=201)(create_approval)
+    app.get("/v1/approvals")(list_approvals)
+    app.get("/v1/approvals/{approval_id}")(get_approval)
+    app.post("/v1/approvals/{approval_id}/result")(post_result)
+
+
+def create_approval(body: ApprovalBody, token: Auth, request: Request) -> JSONResponse:
+    """Ask for a decision; the same ``idempotency_key`` returns the same approval (also 201,
+    with ``Idempotent-Replayed: true``, so a retrying client needs no second case)."""
+    check_may_ask(token, body.agent, body.tool)
+    settings: Settings = request.app.state.settings
+    try:
+        approval, created = external.ask(request.app.state.conn, settings, _request(body, token))
+    except ConfigError as exc:
+        raise HTTPException(422, str(exc)) from None
+    headers = {} if created else {"Idempotent-Replayed": "true"}
+    return JSONResponse(external.answer(approval), status_code=201, headers=headers)
+
+
+def _request(body: ApprovalBody, token: Token) -> external.ExternalRequest:
+    def names(value: list[str] | None) -> tuple[str, ...] | None:
+        return None if value is None else tuple(value)
+
+    return external.ExternalRequest(
+        tool=body.tool,
+        arguments=body.arguments,
+        agent=token.agent,
+        schema=body.schema_,
+        summary=body.summary,
+        preview=body.preview,
+        requested_by=body.requested_by,
+        channel=body.channel,
+        expires_in=body.expires_in,
+        editable=names(body.editable),
+        approvers=names(body.approvers),
+        approver_groups=names(body.approver_groups),
+        approvals_required=body.approvals_required,
+        reason_required=body.reason_required,
+        idempotency_key=body.idempotency_key,
+    )
+
+
+async def get_approval(
+    approval_id: str,
+    token: Auth,
+    request: Request,
+    wait: Annotated[float, Query(ge=0, le=MAX_WAIT)] = 0,
+) -> dict[str, Any]:
+    """The approval as it stands; with ``wait``, as soon as it is decided (at most ``wait`` s)."""
+    conn = request.app.state.conn
+    approval = await run_in_threadpool(_owned, conn, approval_id, token)
+    pending = wait > 0 and approval.status is Status.PENDING
+    if pending and await store.wait_answer(request.app.state.aconn, approval_id, wait):
+        approval = await run_in_threadpool(_owned, conn, approval_id, token)
+    return external.answer(approval)
+
+
+def list_approvals(
+    token: Auth,
+    request: Request,
+    status: Annotated[str, Query(pattern="^pending$")] = "pending",
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> dict[str, Any]:
+    """This agent's pending approvals, newest first."""
+    found = external.pending_of(request.app.state.conn, token.agent, limit)
+    return {"approvals": [external.answer(a) for a in found]}
+
+
+def post_result(
+    approval_id: str, body: ResultBody, token: Auth, request: Request
+) -> dict[str, Any]:
+    """Report what the caller did after the decision; shown in the card's thread (once: 409)."""
+    conn, settings = request.app.state.conn, request.app.state.settings
+    _owned(conn, approval_id, token)
+    try:
+        approval = external.report_result(conn, settings, approval_id, body.ok, body.output)
+    except NotAllowed as exc:
+        raise HTTPException(409, str(exc)) from None
+    return external.answer(approval)
+
+
+def _owned(conn: redis.Redis, approval_id: str, token: Token) -> Approval:
+    """The approval, if it is this token's agent's external one (else 404: another agent's
+    approvals are not even said to exist)."""
+    if not _ID.match(approval_id):
+        raise HTTPException(404, "no such approval")
+    try:
+        approval = store.load(conn, approval_id)
+    except UnknownApproval:
+        raise HTTPException(404, "no such approval") from None
+    if not approval.external or approval.agent != token.agent:
+        raise HTTPException(404, "no such approval")
+    return approval
+
+
+async def _invalid_body(request: Request, exc: Exception) -> JSONResponse:
+    """422 naming each field and what is wrong, without echoing the input back (it may be
+    bytes that are not JSON, or a secret)."""
+    assert isinstance(exc, RequestValidationError)
+    detail = [
+        {
+            "loc": list(error.get("loc", ())),
+            "msg": str(error.get("msg", "")),
+            "type": error.get("type"),
+        }
+        for error in exc.errors()
+    ]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+async def _invalid_arguments(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, InvalidArguments)
+    detail = [
+        {"loc": ["body", "arguments", *([] if name == "_" else [name])], "msg": message}
+        for name, message in exc.errors.items()
+    ]
+    return JSONResponse({"detail": detail}, status_code=422)

@@ -1,0 +1,212 @@
+"""Approvals asked from outside an llm chain: the HTTP API, its MCP tool and the Claude Code hook.
+
+An external approval is the same record as a paused llm call, so it gets the same card, the
+same rules (approvers and groups, self-approval, quorum, Edit checked against a JSON schema,
+Reject with a reason, Respond), the same expiry and the same audit trail. Only what follows
+a decision differs: there is no chain to resume, so ``review`` wakes the caller waiting for
+the answer (``store.wake_caller``) instead of queuing a resume, and the caller reports what it
+then did with ``report_result``, which ends the approval and is shown in the card's thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from approvals import queue, store
+from approvals.config import Settings
+from approvals.errors import ConfigError, NotAllowed, UnknownApproval
+from approvals.models import Approval, DecisionKind, Policy, RunResult, Status, ToolRef
+from approvals.models import result_to_dict as _result_to_dict
+from approvals.review import validate_arguments
+from approvals.secrets import secret_names
+
+#: Stands where a paused llm call names its model: an external approval resumes no model.
+EXTERNAL_MODEL = "external"
+
+#: Decided statuses after which the caller may act, and so report what it did.
+ACTED_ON = (Status.APPROVED, Status.EDITED, Status.RESPONDED)
+
+
+@dataclass(frozen=True)
+class ExternalRequest:
+    """What a caller asks people to decide (the body of ``POST /v1/approvals``)."""
+
+    tool: str
+    arguments: dict[str, Any]
+    agent: str
+    schema: dict[str, Any] | None = None
+    summary: str | None = None
+    preview: str | None = None
+    requested_by: str | None = None
+    channel: str | None = None
+    expires_in: float | None = None
+    editable: tuple[str, ...] | None = None
+    approvers: tuple[str, ...] | None = None
+    approver_groups: tuple[str, ...] | None = None
+    approvals_required: int = 1
+    reason_required: bool = False
+    idempotency_key: str | None = None
+
+
+def ask(conn: redis.Redis, settings: Settings, request: ExternalRequest) -> tuple[Approval, bool]:
+    """Create a pending external approval with its card job and expiry, in one transaction.
+
+    The same ``idempotency_key`` from the same agent returns the approval it created first.
+
+    Returns:
+        The approval, and whether this call created it.
+
+    Raises:
+        InvalidArguments: the schema is not one, or the arguments do not fit it.
+        ConfigError: no channel was given and ``APPROVALS_CHANNEL`` is not set.
+    """
+    schema = request.schema if request.schema is not None else {"type": "object"}
+    validate_arguments(schema, request.arguments)
+    channel = request.channel or settings.channel
+    if not channel:
+        raise ConfigError("missing required setting APPROVALS_CHANNEL: where should the card go?")
+    approval = _new_approval(settings, request, schema, channel)
+    waits = request.expires_in or settings.expires_in
+    approval.expires_at = approval.created_at + waits
+    digest = _key_digest(request.idempotency_key)
+    if digest is not None:
+        ttl = int(waits) + settings.result_ttl
+        first = store.claim_idempotency(conn, request.agent, digest, approval.id, ttl)
+        if first is not None:
+            return store.load(conn, first), False
+    try:
+        _save(conn, settings, approval)
+    except BaseException:
+        if digest is not None:  # let a retry of the same key create it
+            store.forget_idempotency(conn, request.agent, digest)
+        raise
+    return approval, True
+
+
+def _new_approval(
+    settings: Settings, request: ExternalRequest, schema: dict[str, Any], channel: str
+) -> Approval:
+    properties = schema.get("properties", {})
+    names = [*request.arguments, *(properties if isinstance(properties, dict) else {})]
+    return Approval(
+        id=secrets.token_hex(8),
+        agent=request.agent,
+        model_id=EXTERNAL_MODEL,
+        tool_name=request.tool,
+        tool_call_id="ext_" + secrets.token_hex(8),
+        arguments=dict(request.arguments),
+        tools=[ToolRef(name=request.tool, path="", schema=schema)],
+        channel=channel,
+        summary=request.summary,
+        preview=request.preview,
+        requested_by=request.requested_by,
+        policy=Policy(
+            approvers=request.approvers,
+            approver_groups=request.approver_groups,
+            approvals_required=request.approvals_required,
+            editable=request.editable,
+            reason_required=request.reason_required,
+        ),
+        secret_arguments=secret_names(names, settings.secret_names),
+        external=True,
+    )
+
+
+def _save(conn: redis.Redis, settings: Settings, approval: Approval) -> None:
+    pipe = store.create(conn, approval, [])
+    queue.enqueue_card(conn, settings, approval.id, pipeline=pipe)
+    queue.schedule_expiry(
+        conn, settings, approval.id, approval.created_at, approval.expires_at, pipeline=pipe
+    )
+    pipe.execute()
+
+
+def _key_digest(key: str | None) -> str | None:
+    """Idempotency keys are the caller's text: hashed, they make a key name of fixed size."""
+    return None if key is None else hashlib.sha256(key.encode()).hexdigest()
+
+
+def report_result(
+    conn: redis.Redis, settings: Settings, approval_id: str, ok: bool, output: str
+) -> Approval:
+    """Record what the caller did after the decision (once), and show it in the card's thread.
+
+    Raises:
+        UnknownApproval: no such approval, or not an external one.
+        NotAllowed: it is not decided yet, was rejected or expired, or was reported already.
+    """
+    approval = store.load(conn, approval_id)
+    if not approval.external:
+        raise UnknownApproval(approval_id)
+    if approval.status not in ACTED_ON:
+        raise NotAllowed(f"there is nothing to report: this request is {approval.status.value}")
+    decision = approval.decision
+    ran_with = decision.arguments if decision is not None else approval.arguments
+    end = Status.COMPLETED if ok else Status.FAILED
+    result = RunResult(
+        end,
+        error=None if ok else (output or "the caller reported an error"),
+        executed_arguments=ran_with,
+        tool_output=output,
+    )
+    # Through ``running``, as every decision that goes ahead: the first report wins that move,
+    # and the lease it takes lets recovery settle a reporter that died between the two steps.
+    taken = store.transition(conn, approval_id, Status.RUNNING, sources=ACTED_ON, lease=30)
+    if not taken.ok:
+        raise NotAllowed(f"there is nothing to report: this request is {taken.previous}")
+    entry = store.audit_entry("result_reported", approval.agent, ok=ok, output=output[:2000])
+    fields = {"result": json.dumps(_result_to_dict(result))}
+    store.transition(conn, approval_id, end, fields, sources=[Status.RUNNING], event=entry)
+    queue.enqueue_publish(conn, settings, approval_id)
+    return store.load(conn, approval_id)
+
+
+def answer(approval: Approval) -> dict[str, Any]:
+    """The JSON every caller receives (``GET /v1/approvals/{id}``, the MCP tool, the client)."""
+    decision = approval.decision
+    data: dict[str, Any] = {
+        "id": approval.id,
+        "status": approval.status.value,
+        "tool": approval.tool_name,
+        "agent": approval.agent,
+        "decision": None,
+        # The receipt the decider signed (``approvals.receipts``); None without a key.
+        "receipt": approval.receipt,
+        "votes": list(approval.votes),
+        "expires_at": approval.expires_at,
+        "card_url": card_url(approval),
+    }
+    if decision is not None:
+        runs = decision.kind in (DecisionKind.APPROVE, DecisionKind.EDIT)
+        data["decision"] = {
+            "kind": decision.kind.value,
+            "actor": decision.actor,
+            "actor_name": decision.actor_name,
+            "at": decision.at,
+            "reason": decision.reason,
+            "arguments": decision.arguments if runs else None,
+            "response": decision.response,
+        }
+    if approval.result is not None:
+        ok = approval.status is Status.COMPLETED
+        data["result"] = {"ok": ok, "output": approval.result.tool_output}
+    return data
+
+
+def card_url(approval: Approval) -> str | None:
+    """A link to the approval's card in Slack (None until the worker has posted it)."""
+    if approval.card_ts is None:
+        return None
+    return f"https://slack.com/archives/{approval.channel}/p{approval.card_ts.replace('.', '')}"
+
+
+def pending_of(conn: redis.Redis, agent: str, limit: int = 100) -> list[Approval]:
+    """The pending external approvals of one agent, newest first."""
+    page = store.pending_page(conn, lambda a: a.external and a.agent == agent, 0, limit)
+    return page.approvals

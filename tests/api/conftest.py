@@ -1,0 +1,116 @@
+"""One stack for all of tests/api: a private Redis database, the bot, a worker and
+``approvals api``, all real processes. Tests tell their approvals apart by id and use tokens
+of their own agents, so they share it (three processes per test would cost most of the time)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from approvals.client import Client
+from approvals.tokens import create_token
+from tests.conftest import BOT_TOKEN, CHANNEL, SIGNING_SECRET, RedisServer
+from tests.processes import (
+    Process,
+    approvals_command,
+    bot_url,
+    start_bot,
+    start_worker,
+    wait_for_workers,
+    wait_until,
+)
+from tests.slack_standin import SlackStandIn
+
+
+@dataclass
+class Stack:
+    env: dict[str, str]
+    bot_url: str
+    api_url: str
+    conn: redis.Redis
+    slack: SlackStandIn
+    processes: list[Process]
+    clients: list[Client] = field(default_factory=list)
+
+    def token(self, agent: str, tools: tuple[str, ...] = ()) -> str:
+        """A new token for ``agent`` (each test makes its own)."""
+        return create_token(self.conn, agent, tools)[1]
+
+    def client(self, token: str) -> Client:
+        """A ``Client`` with ``token``, closed with the stack."""
+        client = Client(self.api_url, token)
+        self.clients.append(client)
+        return client
+
+
+def start_api(env: dict[str, str], log: Path) -> tuple[Process, str]:
+    """``approvals api`` on a free port; returns it and its URL once it listens."""
+    api = Process(approvals_command("api", "--host", "127.0.0.1", "--port", "0"), env, log)
+
+    def listening() -> str | None:
+        if api.popen.poll() is not None:
+            raise AssertionError(f"the API exited:\n{api.output()}")
+        for line in api.output().splitlines():
+            if "listening on " in line:
+                return line.split("listening on ", 1)[1].strip()
+        return None
+
+    url = wait_until(listening, 30, "the API to listen")
+    wait_until(lambda: _answers(url), 30, "the API to answer")
+    return api, url
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/v1/openapi.json", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="package")
+def stack(
+    redis_server: RedisServer,
+    slack_server: SlackStandIn,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Stack]:
+    folder = tmp_path_factory.mktemp("api-stack")
+    env = {
+        "REDIS_URL": redis_server.new_db(),
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_API_URL": slack_server.base_url,
+        "APPROVALS_CHANNEL": CHANNEL,
+        "APPROVALS_TOOL_MODULES": "tests.agents",
+        "LLM_USER_PATH": str(folder / "llm"),
+        "APPROVALS_WARN_BEFORE": "0",
+    }
+    for name in ("SLACK_APP_TOKEN", "APPROVERS", "APPROVALS_WORKER_CLASS"):
+        os.environ.pop(name, None)
+    bot = start_bot(env, folder / "bot.log")
+    worker = start_worker(env, folder / "worker.log", f"w-api-{time.monotonic_ns()}")
+    api, url = start_api(env, folder / "api.log")
+    processes = [bot, worker, api]
+    conn = redis.Redis.from_url(env["REDIS_URL"])
+    running: Stack | None = None
+    try:
+        found_bot = bot_url(bot)
+        wait_for_workers(env, [worker], 1)
+        running = Stack(env, found_bot, url, conn, slack_server, processes)
+        yield running
+    finally:
+        for client in running.clients if running else []:
+            client.close()
+        for process in processes:
+            process.stop()
+        conn.close()
+        if os.environ.get("API_STACK_LOGS"):
+            for process in processes:
+                sys.stderr.write(f"\n----- {process.log.name} -----\n{process.output()[-4000:]}\n")
