@@ -53,6 +53,8 @@ def person(actor: str | None) -> str:
         return f"{actor[4:]} (CLI)"
     if actor == "system":
         return "the expiry timer"
+    if actor.startswith("rule:"):
+        return f"policy rule `{actor[5:]}`"
     return f"<@{actor}>"
 
 

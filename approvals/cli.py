@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from approvals import outcomes, queue, store
+from approvals import outcomes, policy, queue, store
 from approvals.cards import decision_line
 from approvals.config import Settings
 from approvals.dev.cli import demo_run, dev_run
@@ -228,6 +228,46 @@ def _age(seconds: float) -> str:
 
 cli.add_command(dev_run)
 cli.add_command(demo_run)
+
+
+@cli.group(name="policy")
+def policy_group() -> None:
+    """Check the policy rules of APPROVALS_POLICY."""
+
+
+@policy_group.command(name="test")
+@click.option("--agent", required=True, help="The agent name the call comes from.")
+@click.option("--tool", required=True, help="The tool's name.")
+@click.option("--args", "arguments", default="{}", show_default=True, help="Arguments as JSON.")
+@click.option("--requester", default="", help="The Slack user id the agent acts for.")
+@click.option("--channel", default=None, help="The card's channel (default APPROVALS_CHANNEL).")
+@click.option("--file", "path", default=None, help="A policy file (default APPROVALS_POLICY).")
+@pass_settings
+def policy_test(
+    settings: Settings,
+    agent: str,
+    tool: str,
+    arguments: str,
+    requester: str,
+    channel: str | None,
+    path: str | None,
+) -> None:
+    """Say which rule would decide a call, and why each rule before it did not."""
+    try:
+        args = json.loads(arguments)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--args") from None
+    if not isinstance(args, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--args")
+    path = path or settings.policy_path
+    if not path:
+        raise click.ClickException("no policy: set APPROVALS_POLICY or pass --file")
+    call = policy.Call(agent, tool, args, requester, channel or settings.channel or "")
+    verdict = policy.evaluate(policy.load(path), call)
+    for line in verdict.trace:
+        click.echo(line)
+    rule = f" (rule {verdict.rule_id})" if verdict.rule_id else ""
+    click.echo(f"=> {verdict.action.value}{rule}")
 
 
 @cli.command(name="doctor")

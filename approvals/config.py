@@ -89,6 +89,8 @@ class Settings:
     llm_log: bool = False
     #: That database's path; None: llm's own ``logs.db`` in the process's ``LLM_USER_PATH``.
     llm_log_db: str | None = None
+    #: A TOML file of policy rules applied before a call pauses (``approvals.policy``).
+    policy_path: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -127,6 +129,7 @@ class Settings:
             result_ttl=_int(env, "APPROVALS_RESULT_TTL", 7 * 24 * 3600),
             llm_log=llm_log,
             llm_log_db=llm_log_db,
+            policy_path=env.get("APPROVALS_POLICY") or None,
         )
 
     def require(self, *names: str) -> None:

@@ -306,6 +306,34 @@ def gate_of(tool: Any) -> Gate | None:
 _approval: ContextVar[str | None] = ContextVar("approvals_current", default=None)
 
 
+@dataclass(frozen=True)
+class Screening:
+    """What was decided about a gated call at the moment it would pause (a policy rule).
+
+    ``run``: the call runs at once; ``output``: the model receives this instead of a run (a
+    refusal); neither: the call pauses for a person.
+    """
+
+    run: bool = False
+    output: str | None = None
+
+
+#: Decides a gated call before it pauses; the agent sets one while it drives a chain.
+Screen = Callable[[llm.ToolCall, "Gate"], Screening]
+
+_screen: ContextVar[Screen | None] = ContextVar("approvals_screen", default=None)
+
+
+@contextmanager
+def screened(screen: Screen) -> Iterator[None]:
+    """Inside the block, gated calls no decision released are first put to ``screen``."""
+    token = _screen.set(screen)
+    try:
+        yield
+    finally:
+        _screen.reset(token)
+
+
 @contextmanager
 def released(calls: Mapping[str, str | None], approval_id: str | None = None) -> Iterator[None]:
     """Inside the block, let these gated calls complete (used when resuming).
@@ -339,9 +367,16 @@ def _gated(func: F, gate: Gate) -> F:
         pauses the chain when no decision released this call."""
         call_id = llm_tool_call.tool_call_id if llm_tool_call is not None else None
         release = _released.get() or {}
-        if call_id is None or call_id not in release:
-            raise llm.PauseChain(f"{func.__name__} needs approval")
-        return release[call_id]
+        if call_id is not None and call_id in release:
+            return release[call_id]
+        screen = _screen.get()
+        if screen is not None and llm_tool_call is not None and call_id is not None:
+            screening = screen(llm_tool_call, gate)
+            if screening.output is not None:
+                return screening.output
+            if screening.run:
+                return None
+        raise llm.PauseChain(f"{func.__name__} needs approval")
 
     if inspect.iscoroutinefunction(func):
         # llm awaits coroutine tools (and runs them concurrently in async chains): the gate

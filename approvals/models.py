@@ -95,6 +95,16 @@ class DecisionKind(StrEnum):
         return self in (DecisionKind.APPROVE, DecisionKind.EDIT)
 
 
+class DecidedBy(StrEnum):
+    """What made a decision: the ``decided_by`` a signed receipt of the release can carry."""
+
+    PERSON = "person"
+    #: A grant someone made from an earlier card (``Decision.grant_id``).
+    GRANT = "grant"
+    #: A rule of ``APPROVALS_POLICY`` (``Decision.rule_id``).
+    RULE = "rule"
+
+
 class OnReject(StrEnum):
     #: The model is told and the chain resumes, so the agent can re-plan.
     RESUME = "resume"
@@ -159,6 +169,17 @@ class Decision:
     arguments: dict[str, Any] | None = None
     #: For ``respond``: the text the model receives instead of the tool's result.
     response: str | None = None
+    #: A person, a grant or a rule. An automatic decision (grant, rule) is carried out in the
+    #: agent's process, at the moment the call would have paused: no worker resumes it.
+    decided_by: DecidedBy = DecidedBy.PERSON
+    rule_id: str | None = None
+    grant_id: str | None = None
+    #: Who made the grant that decided (a Slack user id).
+    grant_creator: str | None = None
+
+    @property
+    def automatic(self) -> bool:
+        return self.decided_by is not DecidedBy.PERSON
 
 
 @dataclass(frozen=True)
@@ -209,6 +230,8 @@ class Approval:
     asynchronous: bool = False
     #: Write the run's turns to llm's log database as they happen (``APPROVALS_LLM_LOG``).
     llm_log: bool = False
+    #: The policy rule that required this review, or decided it automatically.
+    rule_id: str | None = None
     status: Status = Status.PENDING
     card_ts: str | None = None
     decision: Decision | None = None
@@ -263,6 +286,7 @@ class Approval:
 def decision_to_dict(decision: Decision) -> dict[str, Any]:
     data = asdict(decision)
     data["kind"] = decision.kind.value
+    data["decided_by"] = decision.decided_by.value
     return data
 
 
@@ -339,6 +363,7 @@ def approval_from_parts(
         on_finish=_get(record, "on_finish", str, optional=True),
         asynchronous=_get(record, "asynchronous", bool, optional=True) or False,
         llm_log=_get(record, "llm_log", bool, optional=True) or False,
+        rule_id=_get(record, "rule_id", str, optional=True),
         status=_enum(Status, status),
         card_ts=card_ts if isinstance(card_ts, str) else None,
         decision=None if decision is None else _decision_from_dict(decision),
@@ -425,6 +450,11 @@ def _decision_from_dict(data: Any) -> Decision:
         actor_name=_get(data, "actor_name", str, optional=True),
         arguments=_get(data, "arguments", dict, optional=True),
         response=_get(data, "response", str, optional=True),
+        # Older records carry no origin: only people decided then.
+        decided_by=_enum(DecidedBy, _get(data, "decided_by", str, optional=True) or "person"),
+        rule_id=_get(data, "rule_id", str, optional=True),
+        grant_id=_get(data, "grant_id", str, optional=True),
+        grant_creator=_get(data, "grant_creator", str, optional=True),
     )
 
 

@@ -81,7 +81,11 @@ def requeue_stranded(conn: redis.Redis, settings: Settings) -> list[str]:
         stopped = approval.status in (Status.REJECTED, Status.EXPIRED) and (
             approval.policy.on_reject is OnReject.STOP
         )
-        if approval.status not in DECIDED or stopped or queue.resume_queued(conn, approval.id):
+        # An automatic decision (rule, grant) was carried out in the agent's process.
+        automatic = approval.decision is not None and approval.decision.automatic
+        if approval.status not in DECIDED or stopped or automatic:
+            continue
+        if queue.resume_queued(conn, approval.id):
             continue
         if not store.claim(conn, approval.id, REQUEUED):
             continue

@@ -365,6 +365,37 @@ def create(
     return pipe
 
 
+# KEYS: approval hash, decided zset, audit list. ARGV: id, now, record, status, decision,
+# actor, then audit lines.
+_AUTOMATIC_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'record', ARGV[3], 'status', ARGV[4], 'decided_status', ARGV[4],
+           'decision', ARGV[5], 'decided_by', ARGV[6])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(RECENT_KEPT + 1))
+for i = 7, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
+return 1
+""".replace("RECENT_KEPT", "200")
+
+
+def record_automatic(
+    conn: redis.Redis, approval: Approval, target: Status, decision: str, events: list[str]
+) -> bool:
+    """Write an approval decided the moment it was asked for (by a rule or a grant), at once.
+
+    One step creates the record already ``target`` with its ``decision`` (JSON) and audit
+    lines (``audit_entry``), and lists it among the recent decisions; no card, deadline or
+    resume job is written, because the agent's process carries the decision out itself.
+    False when the id exists already (nothing was written).
+    """
+    assert target in TRANSITIONS[Status.PENDING], "an automatic decision leaves pending"
+    record = json.dumps(approval.record(), separators=(",", ":"))
+    actor = approval.decision.actor if approval.decision else "system"
+    args = [approval.id, repr(time.time()), record, target.value, decision, actor, *events]
+    keys = [approval_key(approval.id), DECIDED_KEY, audit_key(approval.id)]
+    return bool(eval_script(conn, _AUTOMATIC_LUA, keys, args))
+
+
 def run_pauses(conn: redis.Redis, run_id: str) -> list[str]:
     """The ids of a run's pauses, in order (empty when the run is unknown or expired)."""
     return [_text(i) for i in cast(list[bytes], conn.lrange(run_pauses_key(run_id), 0, -1))]
