@@ -24,7 +24,7 @@ import llm
 import redis
 from llm.parts import Message, ToolResultPart
 
-from approvals import llm_log, outcomes, policy, queue, store
+from approvals import grants, llm_log, outcomes, policy, queue, store
 from approvals.config import Settings
 from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
 from approvals.gate import Gate, Screening, gate_of, released, screened
@@ -60,8 +60,10 @@ _LLM_VERSION = importlib.metadata.version("llm")
 
 log = logging.getLogger(__name__)
 
-#: How an automatic decision's actor is written (``rule:<id>``), beside Slack ids and ``cli:``.
+#: How an automatic decision's actor is written (``rule:<id>``, ``grant:<id>``), beside Slack
+#: ids and ``cli:``.
 RULE_ACTOR_PREFIX = "rule:"
+GRANT_ACTOR_PREFIX = "grant:"
 
 
 __all__ = ["Outcome", "Resumed", "resume", "run_agent", "run_agent_async"]
@@ -457,9 +459,11 @@ def _completed(text: str, context: _RunContext) -> Outcome:
 
 
 def _screen(context: _RunContext, call: llm.ToolCall, gate: Gate) -> Screening:
-    """Put a gated call to the policy rules where it would pause: approve, reject or ask."""
-    if not context.rules or call.tool_call_id is None:
+    """Put a gated call to the policy rules, then to the grants, where it would pause."""
+    if call.tool_call_id is None:
         return Screening()
+    if not context.rules:
+        return _screen_grants(context, call, gate, None)
     facts = policy.Call(
         agent=context.agent,
         tool=call.name,
@@ -472,7 +476,9 @@ def _screen(context: _RunContext, call: llm.ToolCall, gate: Gate) -> Screening:
         log.warning("policy rule failed on %s, asking a person: %s", call.name, verdict.error)
     if verdict.rule is None or verdict.action not in (policy.Action.APPROVE, policy.Action.REJECT):
         context.verdicts[call.tool_call_id] = verdict
-        return Screening()
+        if verdict.action is policy.Action.ASK and verdict.error is None:
+            return _screen_grants(context, call, gate, verdict)
+        return Screening()  # a stricter review, or a rule that failed: a person decides
     try:
         decision = _decide_by_rule(context, call, gate, verdict, verdict.rule)
     except redis.RedisError:
@@ -481,6 +487,61 @@ def _screen(context: _RunContext, call: llm.ToolCall, gate: Gate) -> Screening:
     if decision.kind is DecisionKind.APPROVE:
         return Screening(run=True)
     return Screening(output=f"Cancelled: {refusal_text(decision)}")
+
+
+def _screen_grants(
+    context: _RunContext, call: llm.ToolCall, gate: Gate, verdict: policy.Verdict | None
+) -> Screening:
+    """Let the call run when a live grant covers it (taking one use), else pause."""
+    if not gate.policy.allows_grants:
+        return Screening()
+    wanted = grants.Call(
+        tool=call.name,
+        agent=context.agent,
+        requester=context.requested_by or "",
+        arguments=call.arguments,
+        run_id=context.run_id,
+    )
+    try:
+        grant = grants.take(context.conn, wanted)
+        if grant is None:
+            return Screening()
+        _decide_by_grant(context, call, gate, grant, verdict)
+    except redis.RedisError:
+        log.exception("could not check the grants of %s: asking a person", call.name)
+        return Screening()
+    return Screening(run=True)
+
+
+def _decide_by_grant(
+    context: _RunContext,
+    call: llm.ToolCall,
+    gate: Gate,
+    grant: grants.Grant,
+    verdict: policy.Verdict | None,
+) -> None:
+    """Record a grant's use as an approval approved at once (audited with grant and creator)."""
+    decision = Decision(
+        kind=DecisionKind.APPROVE,
+        actor=GRANT_ACTOR_PREFIX + grant.id,
+        actor_name=f"grant {grant.id} of {grant.created_by_name or grant.created_by}",
+        at=time.time(),
+        arguments=dict(call.arguments),
+        decided_by=DecidedBy.GRANT,
+        grant_id=grant.id,
+        grant_creator=grant.created_by,
+    )
+    approval = _new_approval(call, [], context, gate, _channel(gate, context) or "")
+    approval.decision = decision
+    approval.expires_at = approval.created_at
+    events = [store.audit_entry("paused", approval.agent, tool=approval.tool_name)]
+    events += _verdict_events(verdict) if verdict is not None else []
+    events.append(
+        store.audit_entry("approved", decision.actor, grant=grant.id,
+                          grant_creator=grant.created_by, scope=grant.scope.value)
+    )  # fmt: skip
+    encoded = json.dumps(decision_to_dict(decision))
+    store.record_automatic(context.conn, approval, decision.kind.status, encoded, events)
 
 
 def _decide_by_rule(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from approvals.grants import Grant, Scope
 from approvals.limits import FIELD_TEXT, HEADER_TEXT, SECTION_TEXT, SIBLING_PREVIEW, truncate
 from approvals.models import Approval, DecisionKind, OnReject, Status
 from approvals.secrets import mask
@@ -19,6 +20,9 @@ REJECT_ACTION = "approval_reject"
 EDIT_ACTION = "approval_edit"
 RESPOND_ACTION = "approval_respond"
 RETRY_ACTION = "approval_retry"
+#: The scope menu beside Approve: choosing an option approves with that scope.
+APPROVE_SCOPE_ACTION = "approval_approve_scope"
+REVOKE_GRANT_ACTION = "grant_revoke"
 
 Block = dict[str, Any]
 
@@ -55,6 +59,8 @@ def person(actor: str | None) -> str:
         return "the expiry timer"
     if actor.startswith("rule:"):
         return f"policy rule `{actor[5:]}`"
+    if actor.startswith("grant:"):
+        return f"grant `{actor[6:]}`"
     return f"<@{actor}>"
 
 
@@ -156,13 +162,65 @@ def build_buttons(approval: Approval) -> Block:
     """The decision buttons for one approval; each value carries only its id."""
     approve = _button(APPROVE_ACTION, "Approve", approval, "primary")
     approve["confirm"] = _confirm("Approve?", f"Run `{approval.tool_name}` now?", "Approve")
-    elements = [approve, _button(REJECT_ACTION, "Reject", approval, "danger")]
+    elements = [approve]
+    if approval.policy.allows_grants:
+        elements.append(build_scope_menu(approval))
+    elements.append(_button(REJECT_ACTION, "Reject", approval, "danger"))
     # A quorum is about approving the call as proposed: no single person edits or answers.
     if approval.policy.approvals_required == 1:
         if approval.editable:
             elements.append(_button(EDIT_ACTION, "Edit", approval))
         elements.append(_button(RESPOND_ACTION, "Respond", approval))
     return {"type": "actions", "block_id": f"decide-{approval.id}", "elements": elements}
+
+
+def build_scope_menu(approval: Approval) -> Block:
+    """The scope choice beside Approve; each option's value is ``<approval id>:<scope>``."""
+    scopes = [s for s in Scope if s is not Scope.RUN or approval.run_id is not None]
+    options = [
+        {"text": {"type": "plain_text", "text": s.label}, "value": f"{approval.id}:{s.value}"}
+        for s in scopes
+    ]
+    return {
+        "type": "static_select",
+        "action_id": APPROVE_SCOPE_ACTION,
+        "placeholder": {"type": "plain_text", "text": "Approve for…"},
+        "options": options,
+        "confirm": _confirm(
+            "Approve with this scope?",
+            f"Run `{approval.tool_name}` now, and let the scope you chose through without asking.",
+            "Approve",
+        ),
+    }
+
+
+def parse_scope_value(value: str) -> tuple[str, Scope] | None:
+    """(approval id, scope) from a scope option's value; None when it is not one."""
+    approval_id, _, raw = value.partition(":")
+    try:
+        return approval_id, Scope(raw)
+    except ValueError:
+        return None
+
+
+def build_grant_line(grant: Grant, now: float) -> list[Block]:
+    """One grant on the App Home tab, with Revoke while it is live."""
+    state = "revoked" if grant.revoked_at else ("live" if grant.live(now) else "expired")
+    until = f" until {slack_date(grant.expires_at)}" if grant.expires_at else ""
+    text = (
+        f"*{grant.scope.label}* · {grant.describe()} · by {person(grant.created_by)}"
+        f" · {state}{until} · used {grant.uses} times · `{grant.id}`"
+    )
+    section: Block = {"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, 3000)}}
+    if grant.live(now):
+        section["accessory"] = {
+            "type": "button",
+            "action_id": REVOKE_GRANT_ACTION,
+            "text": {"type": "plain_text", "text": "Revoke"},
+            "value": grant.id,
+            "style": "danger",
+        }
+    return [section]
 
 
 def _confirm(title: str, text: str, confirm: str) -> Block:
@@ -222,6 +280,8 @@ def decision_line(approval: Approval) -> str:
     quorum = decision.kind is DecisionKind.APPROVE and len(approval.votes) > 1
     voters = approval.votes if quorum else (decision.actor,)
     text = f"{_VERB[decision.kind]} by {', '.join(person(v) for v in voters)}"
+    if decision.grant_creator:
+        text += f" of {person(decision.grant_creator)}"
     text += f" {slack_date(decision.at)}"
     if decision.reason:
         text += f": {decision.reason}"

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from approvals import outcomes, policy, queue, store
+from approvals import grants, outcomes, policy, queue, store
 from approvals.cards import decision_line
 from approvals.config import Settings
 from approvals.dev.cli import demo_run, dev_run
@@ -228,6 +228,43 @@ def _age(seconds: float) -> str:
 
 cli.add_command(dev_run)
 cli.add_command(demo_run)
+
+
+@cli.group(name="grants")
+def grants_group() -> None:
+    """List and revoke the grants approvers made from cards."""
+
+
+@grants_group.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@pass_settings
+def grants_list(settings: Settings, as_json: bool) -> None:
+    """Every grant, newest first, live, expired or revoked."""
+    now = time.time()
+    for grant in grants.list_grants(store.connect(settings)):
+        if as_json:
+            click.echo(json.dumps(grants.to_dict(grant)))
+            continue
+        state = "revoked" if grant.revoked_at else ("live" if grant.live(now) else "expired")
+        until = (
+            f" until {time.strftime('%Y-%m-%d %H:%M', time.localtime(grant.expires_at))}"
+            if (grant.expires_at)
+            else ""
+        )
+        click.echo(
+            f"{grant.id}  {state}{until}  {grant.scope.label}  {grant.tool}  agent={grant.agent}"
+            f"  by={grant.created_by}  uses={grant.uses}"
+        )
+
+
+@grants_group.command(name="revoke")
+@click.argument("grant_id", metavar="ID")
+@pass_settings
+def grants_revoke(settings: Settings, grant_id: str) -> None:
+    """Revoke a grant: calls it covered wait for a person again."""
+    actor = CLI_ACTOR_PREFIX + getpass.getuser()
+    grants.revoke(store.connect(settings), settings, grant_id, actor, is_operator=True)
+    click.echo(f"revoked {grant_id}")
 
 
 @cli.group(name="policy")

@@ -77,6 +77,7 @@ def requires_approval(
     approver_groups: Iterable[str] | None = None,
     allow_self_approval: bool = False,
     approvals_required: int = 1,
+    grantable: bool = True,
 ) -> Callable[[F], F]: ...
 
 
@@ -93,6 +94,7 @@ def requires_approval(
     approver_groups: Iterable[str] | None = None,
     allow_self_approval: bool = False,
     approvals_required: int = 1,
+    grantable: bool = True,
 ) -> F | Callable[[F], F]:
     """Mark a tool as needing approval; usable bare or with options.
 
@@ -109,6 +111,8 @@ def requires_approval(
             instead of ``APPROVERS`` / ``APPROVER_GROUPS``.
         allow_self_approval: the person the agent acts for (``requested_by``) may decide.
         approvals_required: distinct approvals needed; one rejection still ends it.
+        grantable: an approver may approve with a wider scope (a grant: this tool for the
+            run, for some hours, or these exact arguments); never with a quorum.
     """
     gate = _make_gate(
         channel=channel,
@@ -121,6 +125,7 @@ def requires_approval(
         approver_groups=approver_groups,
         allow_self_approval=allow_self_approval,
         approvals_required=approvals_required,
+        grantable=grantable,
     )
 
     def decorate(func: F) -> F:
@@ -141,6 +146,7 @@ def _make_gate(
     approver_groups: Iterable[str] | None,
     allow_self_approval: bool,
     approvals_required: int,
+    grantable: bool = True,
 ) -> Gate:
     if approvals_required < 1:
         raise ValueError("approvals_required must be at least 1")
@@ -158,6 +164,7 @@ def _make_gate(
             editable=_names(editable, "editable"),
             reason_required=reason_required,
             on_reject=OnReject(on_reject),
+            grantable=grantable,
         ),
     )
 
@@ -179,6 +186,7 @@ def gate(
     approver_groups: Iterable[str] | None = None,
     allow_self_approval: bool = False,
     approvals_required: int = 1,
+    grantable: bool = True,
 ) -> T:
     """Gate a tool without editing its source; the options are ``requires_approval``'s.
 
@@ -200,6 +208,7 @@ def gate(
         approver_groups=approver_groups,
         allow_self_approval=allow_self_approval,
         approvals_required=approvals_required,
+        grantable=grantable,
     )
     if isinstance(target, llm.Toolbox):
         if methods is None:

@@ -128,6 +128,12 @@ class Policy:
     editable: tuple[str, ...] | None = None
     reason_required: bool = False
     on_reject: OnReject = OnReject.RESUME
+    #: Whether an approver may approve with a wider scope (a grant); never with a quorum.
+    grantable: bool = True
+
+    @property
+    def allows_grants(self) -> bool:
+        return self.grantable and self.approvals_required == 1
 
 
 @dataclass(frozen=True)
@@ -433,6 +439,7 @@ def _policy_from_dict(data: Any) -> Policy:
         editable=_optional_strings(data, "editable"),
         reason_required=_get(data, "reason_required", bool),
         on_reject=_enum(OnReject, _get(data, "on_reject", str)),
+        grantable=_get(data, "grantable", bool, optional=True) is not False,
     )
 
 

@@ -17,6 +17,9 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:run:<run_id>:pauses list  the run's pause ids, in order (TTL)
     approvals:outcome:<run_id> hash   outcome (JSON), on_finish, on_finish_called (TTL)
     approvals:finishing       zset    runs whose on_finish has not returned, by when they ended
+    approvals:grant:<id>      hash    record (JSON), expires_at, uses, revoked_at, revoked_by
+    approvals:grants          zset    grant ids, scored by creation time
+    approvals:grants:tool:<name> zset grant ids for one tool (what a gated call looks at)
 
 The history lives apart from the hash so that listing and deciding never read it. Status
 changes go through ``transition``, a Lua compare-and-set: it checks the current status against
@@ -52,6 +55,7 @@ RUNNING_KEY = PREFIX + "running"
 DEADLINES_KEY = PREFIX + "deadlines"
 #: Runs whose ``on_finish`` has not returned yet, by when they ended.
 FINISHING_KEY = PREFIX + "finishing"
+GRANTS_KEY = PREFIX + "grants"
 
 
 def approval_key(approval_id: str) -> str:
@@ -394,6 +398,91 @@ def record_automatic(
     args = [approval.id, repr(time.time()), record, target.value, decision, actor, *events]
     keys = [approval_key(approval.id), DECIDED_KEY, audit_key(approval.id)]
     return bool(eval_script(conn, _AUTOMATIC_LUA, keys, args))
+
+
+def grant_key(grant_id: str) -> str:
+    return f"{PREFIX}grant:{grant_id}"
+
+
+def grants_tool_key(tool_name: str) -> str:
+    return f"{PREFIX}grants:tool:{tool_name}"
+
+
+def save_grant(
+    conn: redis.Redis,
+    grant_id: str,
+    record: str,
+    tool_name: str,
+    created_at: float,
+    expires_at: float | None,
+) -> None:
+    """Store a new grant (``record``: JSON) and index it, in one transaction."""
+    pipe = conn.pipeline(transaction=True)
+    pipe.hset(
+        grant_key(grant_id),
+        mapping={"record": record, "uses": "0", "expires_at": repr(expires_at or 0.0)},
+    )
+    if expires_at:
+        # A day past its end it is gone; until then lists show it as expired.
+        pipe.expireat(grant_key(grant_id), int(expires_at) + 24 * 3600)
+    pipe.zadd(GRANTS_KEY, {grant_id: created_at})
+    pipe.zadd(grants_tool_key(tool_name), {grant_id: created_at})
+    pipe.execute()
+
+
+def grant_ids(conn: redis.Redis, tool_name: str | None = None) -> list[str]:
+    """Grant ids, newest first: all of them, or one tool's."""
+    key = GRANTS_KEY if tool_name is None else grants_tool_key(tool_name)
+    return [_text(i) for i in cast(list[bytes], conn.zrevrange(key, 0, -1))]
+
+
+def load_grants(conn: redis.Redis, ids: list[str]) -> list[tuple[str, dict[str, str]]]:
+    """The stored hashes of these grants, in one round trip (missing ones left out)."""
+    pipe = conn.pipeline(transaction=False)
+    for grant_id in ids:
+        pipe.hgetall(grant_key(grant_id))
+    found = []
+    for grant_id, raw in zip(ids, pipe.execute(), strict=True):
+        if raw:
+            found.append((grant_id, {_text(k): _text(v) for k, v in raw.items()}))
+    return found
+
+
+def forget_grants(conn: redis.Redis, tool_name: str, ids: list[str]) -> None:
+    """Drop ids whose grant is gone (expired past keeping) from the indexes."""
+    if ids:
+        conn.zrem(GRANTS_KEY, *ids)
+        conn.zrem(grants_tool_key(tool_name), *ids)
+
+
+# KEYS: grant hash. ARGV: now. Takes one use of a live grant; 0 when revoked, expired or gone.
+_USE_GRANT_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[1], 'revoked_at') == 1 then return 0 end
+local ends = tonumber(redis.call('HGET', KEYS[1], 'expires_at') or '0')
+if ends > 0 and ends <= tonumber(ARGV[1]) then return 0 end
+return redis.call('HINCRBY', KEYS[1], 'uses', 1)
+"""
+
+
+def use_grant(conn: redis.Redis, grant_id: str, now: float) -> int:
+    """Take one use of a grant, atomically: its new use count, or 0 when it is not live."""
+    return int(eval_script(conn, _USE_GRANT_LUA, [grant_key(grant_id)], [repr(now)]))
+
+
+# KEYS: grant hash. ARGV: now, actor. 1: revoked now; 0: already revoked or gone.
+_REVOKE_GRANT_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('HSETNX', KEYS[1], 'revoked_at', ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'revoked_by', ARGV[2])
+return 1
+"""
+
+
+def revoke_grant(conn: redis.Redis, grant_id: str, actor: str) -> int:
+    """Revoke a grant once: 1 revoked now, 0 revoked already, -1 no such grant."""
+    keys = [grant_key(grant_id)]
+    return int(eval_script(conn, _REVOKE_GRANT_LUA, keys, [repr(time.time()), actor]))
 
 
 def run_pauses(conn: redis.Redis, run_id: str) -> list[str]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Sequence
 
 from approvals import cards
 from approvals.cards import Block
+from approvals.grants import Grant
 from approvals.limits import truncate
 from approvals.models import Approval
 from approvals.store import Page
@@ -14,6 +17,8 @@ NEXT_PAGE_ACTION = "pending_next_page"
 #: Approvals per page: 3 blocks each, plus header, footer and the Next button, within 50.
 PAGE_SIZE = 15
 HOME_PAGE_SIZE = 20
+#: Grants shown on the Home tab, newest first (`approvals grants list` has them all).
+HOME_GRANTS = 15
 
 
 def _item(approval: Approval) -> list[Block]:
@@ -76,7 +81,7 @@ def build_pending_list(page: Page, offset: int, query: str = "") -> list[Block]:
     return blocks
 
 
-def build_home(page: Page, recent: list[Approval]) -> Block:
+def build_home(page: Page, recent: list[Approval], grants: Sequence[Grant] = ()) -> Block:
     """The App Home tab: what the viewer may decide, then the latest decisions."""
     blocks = build_pending_list(page, 0)
     if page.remaining:
@@ -94,4 +99,9 @@ def build_home(page: Page, recent: list[Approval]) -> Block:
         line = f"*{approval.summary or approval.tool_name}* · {approval.agent} · `{approval.id}`"
         text = f"{line}\n{cards.describe_state(approval)}"
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, 3000)}})
+    if grants:
+        blocks.append({"type": "header", "text": {"type": "plain_text", "text": "Grants"}})
+        now = time.time()
+        for grant in grants:
+            blocks += cards.build_grant_line(grant, now)
     return {"type": "home", "blocks": blocks[:100]}

@@ -117,3 +117,10 @@ async def fetch_page(url: str) -> str:
     """Fetch a page (a free coroutine tool)."""
     _record("fetch_page", url=url)
     return f"<html>{url}</html>"
+
+
+@requires_approval(grantable=False, summary="Wipe {device}")
+def wipe_disk(device: str) -> str:
+    """Wipe a disk (its gate allows no grants: every call is asked about)."""
+    _record("wipe_disk", device=device)
+    return f"wiped {device}"
