@@ -542,6 +542,8 @@ def _decide_by_grant(
     )  # fmt: skip
     encoded = json.dumps(decision_to_dict(decision))
     store.record_automatic(context.conn, approval, decision.kind.status, encoded, events)
+    if context.settings.grant_notice == "line" and approval.channel:
+        queue.enqueue_grant_line(context.conn, context.settings, approval.id)
 
 
 def _decide_by_rule(

@@ -203,6 +203,12 @@ def parse_scope_value(value: str) -> tuple[str, Scope] | None:
         return None
 
 
+def build_grant_use_line(approval: Approval) -> list[Block]:
+    """The one compact line posted when a grant let a call through without a card."""
+    what = approval.summary or f"`{approval.tool_name}`"
+    return [_context(f":zap: {what} · {approval.agent} · {decision_line(approval)}")]
+
+
 def build_grant_line(grant: Grant, now: float) -> list[Block]:
     """One grant on the App Home tab, with Revoke while it is live."""
     state = "revoked" if grant.revoked_at else ("live" if grant.live(now) else "expired")

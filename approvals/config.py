@@ -91,6 +91,8 @@ class Settings:
     llm_log_db: str | None = None
     #: A TOML file of policy rules applied before a call pauses (``approvals.policy``).
     policy_path: str | None = None
+    #: "line": a call a grant let through gets one compact line in its channel; "none": silent.
+    grant_notice: str = "line"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -105,6 +107,9 @@ class Settings:
         if log_format not in ("text", "json"):
             raise ConfigError(f"APPROVALS_LOG_FORMAT must be text or json, got {log_format!r}")
         llm_log, llm_log_db = _llm_log(env.get("APPROVALS_LLM_LOG"))
+        grant_notice = env.get("APPROVALS_GRANT_NOTICE") or "line"
+        if grant_notice not in ("line", "none"):
+            raise ConfigError(f"APPROVALS_GRANT_NOTICE must be line or none, got {grant_notice!r}")
         return cls(
             redis_url=env.get("REDIS_URL") or DEFAULT_REDIS_URL,
             slack_bot_token=env.get("SLACK_BOT_TOKEN") or None,
@@ -130,6 +135,7 @@ class Settings:
             llm_log=llm_log,
             llm_log_db=llm_log_db,
             policy_path=env.get("APPROVALS_POLICY") or None,
+            grant_notice=grant_notice,
         )
 
     def require(self, *names: str) -> None:

@@ -26,6 +26,7 @@ INTERRUPTED = "worker.jobs.announce_interrupted"
 EXPIRE = "worker.jobs.expire_approval"
 WARN = "worker.jobs.warn_expiry"
 FINISH = "worker.jobs.call_on_finish"
+GRANT_LINE = "worker.jobs.announce_grant_use"
 
 #: The kinds of deadline ``store.add_deadline`` keeps.
 EXPIRE_DEADLINE = "expire"
@@ -137,6 +138,18 @@ def enqueue_deadline(conn: redis.Redis, settings: Settings, kind: str, approval_
         job_timeout=60,
         result_ttl=RESULT_TTL,
         at_front=True,
+    )
+
+
+def enqueue_grant_line(conn: redis.Redis, settings: Settings, approval_id: str) -> None:
+    """Ask a worker to post the compact line that says a grant let a call through."""
+    get_queue(conn, settings).enqueue(
+        GRANT_LINE,
+        approval_id,
+        job_id=f"grant-line-{approval_id}",
+        retry=_SLACK_RETRY,
+        job_timeout=60,
+        result_ttl=0,
     )
 
 

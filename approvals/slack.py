@@ -145,6 +145,15 @@ def announce_interrupted(client: WebClient, approval: Approval) -> None:
     reply(client, approval, cards.build_interrupted_message(approval), "The run was interrupted")
 
 
+def post_grant_use(client: WebClient, approval: Approval) -> None:
+    """One compact line in the channel: a grant let this call through."""
+    client.chat_postMessage(
+        channel=approval.channel,
+        text=f"{approval.tool_name} ran: {cards.decision_line(approval)}",
+        blocks=cards.build_grant_use_line(approval),
+    )
+
+
 def warn_expiry(client: WebClient, approval: Approval) -> None:
     """Remind the card's thread that the request expires soon."""
     reply(client, approval, cards.build_warning_message(approval), "This request expires soon")

@@ -22,7 +22,7 @@ from approvals.store import Page
 from bot.pending import build_home
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, deploy, list_files, wipe_disk
-from tests.conftest import SIGNING_SECRET
+from tests.conftest import CHANNEL, SIGNING_SECRET, wait_until
 from tests.e2e import action_blocks, card_of, tool_runs, wait_status
 from tests.factories import make_approval
 from tests.slack_requests import block_actions_payload, send_interaction
@@ -210,4 +210,8 @@ def test_choosing_a_scope_on_the_card_approves_and_grants(services, slack, env, 
         "/srv/a", "/srv/next",
     ]  # fmt: skip
     assert store.pending_count(conn) == 0
+    line = wait_until(
+        lambda: [m for m in slack.messages(CHANNEL) if "approved by grant" in m.text], 20, "line"
+    )
+    assert f"approved by grant `{grant.id}` of <@UALICE>" in line[0].text
     assert not [m for m in slack.messages() if m.ts != card.ts and action_blocks(m)]

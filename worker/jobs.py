@@ -139,6 +139,18 @@ def warn_expiry(approval_id: str) -> None:
 
 
 @_about_approval
+def announce_grant_use(approval_id: str) -> None:
+    """Post the compact line for a call a grant let through (once, whatever RQ retries)."""
+    approval = store.load(_conn(), approval_id)
+    if store.claim(_conn(), approval_id, "grant_line_posted"):
+        try:
+            slack.post_grant_use(_client(), approval)
+        except Exception:
+            store.release(_conn(), approval_id, "grant_line_posted")  # RQ retries it
+            raise
+
+
+@_about_approval
 def resume_approval(approval_id: str) -> str:
     """Resume a decided approval, at most once, and record how the run ended.
 
