@@ -601,9 +601,12 @@ def _channel(gate: Gate, context: _RunContext) -> str | None:
     return gate.channel or context.channel or context.settings.channel
 
 
-def _required(approval: Approval, gate: Gate, verdict: policy.Verdict | None) -> float:
-    """Apply a ``require`` rule to the new approval; returns the seconds it may wait."""
-    waits = gate.expires_in or 0.0
+def _required(
+    approval: Approval, gate: Gate, verdict: policy.Verdict | None, settings: Settings
+) -> float | None:
+    """Apply a ``require`` rule to the new approval; returns the seconds it may wait (None:
+    indefinitely, as the gate's ``expires_in=None`` asks)."""
+    waits = None if gate.waits_forever else (gate.expires_in or settings.expires_in)
     rule = verdict.rule if verdict is not None else None
     if rule is None or rule.require is None or verdict is None:
         return waits
@@ -645,22 +648,29 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         raise ConfigError("missing required setting APPROVALS_CHANNEL: where should the card go?")
     approval = _new_approval(call, pause.tool_results, context, gate, channel)
     verdict = context.verdicts.pop(call.tool_call_id, None)
-    waits = _required(approval, gate, verdict) or context.settings.expires_in
-    approval.expires_at = approval.created_at + waits
-    # One transaction: the approval exists with its card job and its expiry, or not at all.
+    waits = _required(approval, gate, verdict, context.settings)
+    settings = context.settings
+    approval.expires_at = 0.0 if waits is None else approval.created_at + waits
+    approval.remind_after = (
+        settings.remind_after if gate.remind_after is None else gate.remind_after
+    )
+    approval.escalate_to = settings.escalate_to if gate.escalate_to is None else gate.escalate_to
+    escalate = settings.escalate_after if gate.escalate_after is None else gate.escalate_after
+    approval.escalate_after = escalate if approval.escalate_to else 0.0
+    # One transaction: the approval exists with its card job and its deadlines, or not at all.
     # The run's stream outlives the longest wait for this decision by the outcome's TTL.
-    run_ttl = int(waits) + context.settings.result_ttl
+    run_ttl = None if waits is None else int(waits) + settings.result_ttl
     pipe = store.create(context.conn, approval, history, run_ttl=run_ttl)
     for event in _verdict_events(verdict) if verdict is not None else []:
         pipe.rpush(store.audit_key(approval.id), event)
-    queue.enqueue_card(context.conn, context.settings, approval.id, pipeline=pipe)
-    queue.schedule_expiry(
-        context.conn,
-        context.settings,
-        approval.id,
-        approval.created_at,
-        approval.expires_at,
-        pipeline=pipe,
+    queue.enqueue_card(context.conn, settings, approval.id, pipeline=pipe)
+    if waits is not None:  # expiry never approves; without one the approval waits for people
+        queue.schedule_expiry(
+            context.conn, settings, approval.id, approval.created_at, approval.expires_at,
+            pipeline=pipe,
+        )  # fmt: skip
+    queue.schedule_reminders(
+        pipe, approval.id, approval.created_at, approval.remind_after, approval.escalate_after
     )
     pipe.execute()
     return approval.id

@@ -131,11 +131,19 @@ def _fields(approval: Approval) -> list[Block]:
         fields.append(_md(f"*Requested by*\n{person(approval.requested_by)}", FIELD_TEXT))
     if approval.status is Status.PENDING and approval.expires_at:
         fields.append(_md(f"*Expires*\n{slack_date(approval.expires_at)}", FIELD_TEXT))
+    if approval.escalated_at is not None:
+        targets = ", ".join(_target(t) for t in approval.escalate_to)
+        escalated = f"*Escalated*\nto {targets} {slack_date(approval.escalated_at)}"
+        fields.append(_md(escalated, FIELD_TEXT))
     required = approval.policy.approvals_required
     if required > 1:
         who = ", ".join(person(v) for v in approval.votes) or "none yet"
         fields.append(_md(f"*Approvals*\n{len(approval.votes)} of {required} ({who})", FIELD_TEXT))
     return fields
+
+
+def _target(target: str) -> str:
+    return f"<!subteam^{target}>" if target.startswith("S") else f"<#{target}>"
 
 
 def build_card_text(approval: Approval) -> str:
@@ -201,6 +209,41 @@ def parse_scope_value(value: str) -> tuple[str, Scope] | None:
         return approval_id, Scope(raw)
     except ValueError:
         return None
+
+
+def card_link(approval: Approval) -> str | None:
+    """A link to the card (Slack's permalink form), None before it is posted."""
+    if approval.card_ts is None:
+        return None
+    return f"https://slack.com/archives/{approval.channel}/p{approval.card_ts.replace('.', '')}"
+
+
+def build_reminder_message(approval: Approval, round_: int, of: int) -> list[Block]:
+    """The thread reply that reminds people the request still waits (round ``round_``)."""
+    return [
+        _context(
+            f":bell: Reminder {round_} of {of}: still waiting for a decision since "
+            f"{slack_date(approval.created_at)}."
+        )
+    ]
+
+
+def build_reminder_dm(approval: Approval) -> list[Block]:
+    """The direct message to an approver: what waits, and a link to its card."""
+    link = card_link(approval)
+    what = approval.summary or f"`{approval.tool_name}`"
+    where = f" <{link}|Open the card>" if link else ""
+    return [_section(f":bell: *{what}* from {approval.agent} waits for your decision.{where}")]
+
+
+def build_escalation_notice(approval: Approval, groups: list[str]) -> list[Block]:
+    """Above the escalated copy of the card: why it is here, and who is called on."""
+    mentions = " ".join(f"<!subteam^{g}>" for g in groups)
+    link = card_link(approval)
+    text = f":rotating_light: Escalated: nobody decided since {slack_date(approval.created_at)}."
+    if link:
+        text += f" <{link}|The first card>."
+    return [_section(f"{text} {mentions}".strip())]
 
 
 def build_grant_use_line(approval: Approval) -> list[Block]:

@@ -91,6 +91,13 @@ class Settings:
     llm_log_db: str | None = None
     #: A TOML file of policy rules applied before a call pauses (``approvals.policy``).
     policy_path: str | None = None
+    #: Seconds before the approvers are reminded of a waiting approval, and between reminders
+    #: (0: never); a gate's ``remind_after`` wins.
+    remind_after: float = 3600.0
+    #: Seconds before a waiting card is escalated to ``escalate_to`` (0: never).
+    escalate_after: float = 0.0
+    #: Channel ids and user group ids an escalation goes to.
+    escalate_to: tuple[str, ...] = ()
     #: "line": a call a grant let through gets one compact line in its channel; "none": silent.
     grant_notice: str = "line"
 
@@ -136,6 +143,9 @@ class Settings:
             llm_log_db=llm_log_db,
             policy_path=env.get("APPROVALS_POLICY") or None,
             grant_notice=grant_notice,
+            remind_after=_number(env, "APPROVALS_REMIND_AFTER", 3600.0, low=0),
+            escalate_after=_number(env, "APPROVALS_ESCALATE_AFTER", 0.0, low=0),
+            escalate_to=_escalate_to(env.get("APPROVALS_ESCALATE_TO")),
         )
 
     def require(self, *names: str) -> None:
@@ -153,6 +163,18 @@ def _llm_log(raw: str | None) -> tuple[bool, str | None]:
     if value.lower() in ("1", "true", "yes", "on"):
         return True, None
     return True, value
+
+
+def _escalate_to(raw: str | None) -> tuple[str, ...]:
+    """``APPROVALS_ESCALATE_TO``: channel ids (C..., G...) and user group ids (S...)."""
+    targets = _csv(raw)
+    for target in targets:
+        if target[:1] not in ("C", "G", "S"):
+            raise ConfigError(
+                f"APPROVALS_ESCALATE_TO takes channel ids (C...) and user group ids (S...), "
+                f"got {target!r}"
+            )
+    return targets
 
 
 def _with_slash(url: str) -> str:

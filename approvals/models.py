@@ -238,6 +238,12 @@ class Approval:
     llm_log: bool = False
     #: The policy rule that required this review, or decided it automatically.
     rule_id: str | None = None
+    #: Seconds between reminders to the approvers (0: none); at most ``MAX_REMINDERS``.
+    remind_after: float = 0.0
+    #: Seconds after which the card is escalated to ``escalate_to`` (0: never).
+    escalate_after: float = 0.0
+    #: Channel ids (``C...``) and user group ids (``S...``) an escalation goes to.
+    escalate_to: tuple[str, ...] = ()
     status: Status = Status.PENDING
     card_ts: str | None = None
     decision: Decision | None = None
@@ -247,6 +253,15 @@ class Approval:
     #: When the gated tool started and finished in the worker (None: not yet, or never).
     tool_started_at: float | None = None
     tool_finished_at: float | None = None
+    #: When the card was escalated (None: not, or not yet).
+    escalated_at: float | None = None
+
+    @property
+    def escalated_groups(self) -> tuple[str, ...]:
+        """User groups whose members may decide too, once the card was escalated."""
+        if self.escalated_at is None:
+            return ()
+        return tuple(target for target in self.escalate_to if target.startswith("S"))
 
     @property
     def tool(self) -> ToolRef:
@@ -267,6 +282,7 @@ class Approval:
             "votes",
             "tool_started_at",
             "tool_finished_at",
+            "escalated_at",
         )
         for mutable in mutable_fields:
             data.pop(mutable)
@@ -324,6 +340,11 @@ def _time(data: Any, name: str) -> float:
         raise CorruptRecord(f"field {name!r} is out of range") from None
 
 
+def _optional_time(data: Any, name: str) -> float:
+    """A number of seconds that older records do not have (0.0 then)."""
+    return 0.0 if data.get(name) is None else _time(data, name)
+
+
 def _enum(enum: type[StrEnum], raw: Any) -> Any:
     try:
         return enum(raw)
@@ -370,6 +391,9 @@ def approval_from_parts(
         asynchronous=_get(record, "asynchronous", bool, optional=True) or False,
         llm_log=_get(record, "llm_log", bool, optional=True) or False,
         rule_id=_get(record, "rule_id", str, optional=True),
+        remind_after=_optional_time(record, "remind_after"),
+        escalate_after=_optional_time(record, "escalate_after"),
+        escalate_to=_strings(record.get("escalate_to", []), "escalate_to"),
         status=_enum(Status, status),
         card_ts=card_ts if isinstance(card_ts, str) else None,
         decision=None if decision is None else _decision_from_dict(decision),
@@ -377,6 +401,7 @@ def approval_from_parts(
         votes=_strings(votes, "votes") if votes is not None else (),
         tool_started_at=_mark(marks, "tool_started"),
         tool_finished_at=_mark(marks, "tool_finished"),
+        escalated_at=_mark(marks, "escalated"),
     )
 
 

@@ -62,6 +62,8 @@ def refusal(
     groups = settings.approver_groups if policy.approver_groups is None else policy.approver_groups
     if not approvers and not groups:
         return None
+    # Once escalated, the members of the groups it went to may decide too.
+    groups = (*groups, *approval.escalated_groups)
     if actor in approvers or any(actor in members_of(group) for group in groups):
         return None
     return "you are not one of the approvers for this request"

@@ -154,6 +154,31 @@ def post_grant_use(client: WebClient, approval: Approval) -> None:
     )
 
 
+def remind(client: WebClient, approval: Approval, people: list[str], round_: int, of: int) -> None:
+    """A reminder in the card's thread, and a direct message to each of ``people``."""
+    reply(client, approval, cards.build_reminder_message(approval, round_, of), "Reminder")
+    for person in people:
+        client.chat_postMessage(
+            channel=person,
+            text=f"{approval.tool_name} waits for your decision",
+            blocks=cards.build_reminder_dm(approval),
+        )
+
+
+def escalate(client: WebClient, approval: Approval, channels: list[str], groups: list[str]) -> None:
+    """Post the card to each escalation channel (or, with none, call the groups in its thread)."""
+    notice = cards.build_escalation_notice(approval, groups)
+    for channel in channels:
+        client.chat_postMessage(
+            channel=channel,
+            text=f"Escalated: {cards.build_card_text(approval)}",
+            blocks=notice + cards.build_card(approval),
+        )
+    if not channels:
+        reply(client, approval, notice, "Escalated")
+    update_card(client, approval)  # the first card shows that it was escalated
+
+
 def warn_expiry(client: WebClient, approval: Approval) -> None:
     """Remind the card's thread that the request expires soon."""
     reply(client, approval, cards.build_warning_message(approval), "This request expires soon")

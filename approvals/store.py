@@ -11,7 +11,8 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:lock:<id>:<what> string a short lock on one piece of work (posting the card)
     approvals:usergroup:<id>  string  cached members of a Slack user group (JSON list, TTL)
     approvals:audit:<id>      list    what happened to the approval (JSON lines: event, actor, at)
-    approvals:deadlines       zset    "expire:<id>" and "warn:<id>", scored by when they are due
+    approvals:deadlines       zset    "expire:<id>", "warn:<id>", "remind:<id>", "escalate:<id>",
+                                      scored by when they are due
     approvals:seen:<sig>      string  a Slack request signature already accepted (TTL)
     approvals:run:<run_id>    stream  wakes a run's waiters: "paused" again after a resume, "ended"
     approvals:run:<run_id>:pauses list  the run's pause ids, in order (TTL)
@@ -145,7 +146,8 @@ local function leave_pending(current)
     redis.call('ZREM', KEYS[2], ARGV[1])
     redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
     redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(RECENT_KEPT + 1))
-    redis.call('ZREM', KEYS[5], 'expire:' .. ARGV[1], 'warn:' .. ARGV[1])
+    redis.call('ZREM', KEYS[5], 'expire:' .. ARGV[1], 'warn:' .. ARGV[1],
+               'remind:' .. ARGV[1], 'escalate:' .. ARGV[1])
   end
 end
 local function track_running(current, target)
@@ -340,7 +342,10 @@ def recover(conn: redis.Redis, approval_id: str) -> str:
 
 
 def create(
-    conn: redis.Redis, approval: Approval, history: list[dict[str, Any]], run_ttl: int = 0
+    conn: redis.Redis,
+    approval: Approval,
+    history: list[dict[str, Any]],
+    run_ttl: int | None = 0,
 ) -> Any:
     """Queue the writes that create a pending approval on a transactional pipeline.
 
@@ -365,7 +370,10 @@ def create(
     audit(pipe, approval.id, "paused", approval.agent, tool=approval.tool_name)
     if approval.run_id is not None:
         pipe.rpush(run_pauses_key(approval.run_id), approval.id)
-        pipe.expire(run_pauses_key(approval.run_id), max(run_ttl, 1))
+        if run_ttl is None:  # it waits indefinitely, and so may its run's waiters
+            pipe.persist(run_pauses_key(approval.run_id))
+        else:
+            pipe.expire(run_pauses_key(approval.run_id), max(run_ttl, 1))
     return pipe
 
 
@@ -581,7 +589,7 @@ def _from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
             decision=_json(fields.get("decision")),
             result=_json(fields.get("result")),
             votes=_json(fields.get("votes")),
-            marks={k: _text(fields.get(k)) for k in ("tool_started", "tool_finished")},
+            marks={k: _text(fields.get(k)) for k in ("tool_started", "tool_finished", "escalated")},
         )
     except UnicodeDecodeError:
         raise CorruptRecord(f"approval {approval_id} is not valid UTF-8") from None
@@ -792,7 +800,7 @@ def release(conn: redis.Redis, approval_id: str, flag: str) -> None:
 
 
 def add_deadline(target: Any, kind: str, approval_id: str, due: float) -> None:
-    """Remember that ``kind`` ("expire" or "warn") is due for the approval at ``due``.
+    """Remember that ``kind`` (expire, warn, remind, escalate) is due for an approval at ``due``.
 
     ``target`` is a client or a pipeline (the pause writes it in its own transaction).
     """

@@ -124,3 +124,10 @@ def wipe_disk(device: str) -> str:
     """Wipe a disk (its gate allows no grants: every call is asked about)."""
     _record("wipe_disk", device=device)
     return f"wiped {device}"
+
+
+@requires_approval(expires_in=None, summary="Archive {bucket}")
+def archive_bucket(bucket: str) -> str:
+    """Archive a bucket (its approval waits indefinitely: it never expires)."""
+    _record("archive_bucket", bucket=bucket)
+    return f"archived {bucket}"
