@@ -272,6 +272,11 @@ def build_grant_line(grant: Grant, now: float) -> list[Block]:
     return [section]
 
 
+def confirm_dialog(text: str, confirm: str = "Yes") -> Block:
+    """A confirm dialog asking ``text`` (for buttons built outside this module)."""
+    return _confirm("Are you sure?", text, confirm)
+
+
 def _confirm(title: str, text: str, confirm: str) -> Block:
     return {
         "title": {"type": "plain_text", "text": title},

@@ -38,7 +38,9 @@ def _listed_ids(blocks):
     return [
         b["elements"][0]["value"]
         for b in blocks
-        if b["type"] == "actions" and b["elements"][0]["action_id"] != NEXT_PAGE_ACTION
+        if b["type"] == "actions"
+        and b["elements"][0]["action_id"] != NEXT_PAGE_ACTION
+        and not b["block_id"].startswith("pending-bulk")
     ]
 
 
