@@ -306,7 +306,7 @@ def resume(
         on_finish=approval.on_finish,
         asynchronous=approval.asynchronous,
         llm_log=approval.llm_log,
-        rules=policy.rules_at(settings.policy_path),
+        rules=_resume_rules(settings),
     )
     model: SyncModel | AsyncModel = (
         resolve_async_model(approval.model_id)
@@ -335,6 +335,15 @@ def resume(
     if not decision.kind.runs_tool:
         return Resumed(outcome, tool_output=ran.get("output"))
     return Resumed(outcome, ran.get("arguments"), ran.get("output"))
+
+
+def _resume_rules(settings: Settings) -> Sequence[policy.Rule]:
+    """The policy for a resume; one that does not load fails the run, visibly, rather than
+    letting later calls pause without the rules that should have judged them."""
+    try:
+        return policy.rules_at(settings.policy_path)
+    except ConfigError as exc:
+        raise ResumeError(str(exc)) from None
 
 
 def _decision_hooks(

@@ -236,3 +236,21 @@ def test_policy_test_prints_the_deciding_rule_and_why(policy_env):
     ]
     bad = CliRunner().invoke(cli, [*args, "--args", "[1]"])
     assert bad.exit_code == 2 and "must be a JSON object" in bad.output
+
+
+def test_a_policy_that_does_not_load_fails_the_resume(env, conn, tmp_path, monkeypatch):
+    """In the worker, a broken policy file is a ResumeError (the run fails visibly), never
+    a resume without the rules."""
+    from approvals.agent import resume
+    from approvals.errors import ResumeError
+    from approvals.review import decide
+
+    pause_id = _run(script(calls(("delete_path", {"path": "/srv/x"})), say("done"))).pause_id
+    assert pause_id is not None
+    decide(conn, Settings.from_env(), pause_id, DecisionKind.APPROVE, "UALICE")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[[rule]]\nid = 'x'\naction = 'maybe'\n")
+    monkeypatch.setenv("APPROVALS_POLICY", str(broken))
+    with pytest.raises(ResumeError, match="not a valid Action"):
+        resume(conn, Settings.from_env(), store.load(conn, pause_id))
+    assert tool_runs(env, "delete_path") == []
