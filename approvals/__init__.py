@@ -20,9 +20,9 @@ from approvals.errors import (
     UnknownApproval,
 )
 from approvals.gate import gate, idempotency_key, requires_approval
-from approvals.models import Approval, DecisionKind, Status
+from approvals.models import Approval, DecidedBy, DecisionKind, Status
 from approvals.outcomes import wait
-from approvals.receipts import DecidedBy, Receipt, receipt, verify_receipt
+from approvals.receipts import Receipt, receipt, verify_receipt
 
 __all__ = [
     "AlreadyDecided",

@@ -10,23 +10,33 @@ history, with the API the run started on, and lets llm execute the pending calls
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.metadata
 import json
+import logging
 import secrets
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import llm
 import redis
 from llm.parts import Message, ToolResultPart
 
-from approvals import llm_log, outcomes, queue, store
+from approvals import grants, llm_log, outcomes, policy, queue, store
 from approvals.config import Settings
 from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
-from approvals.gate import gate_of, released
+from approvals.gate import Gate, Screening, gate_of, released, screened
 from approvals.limits import SIBLING_PREVIEW
-from approvals.models import Approval, Decision, DecisionKind, SiblingResult
+from approvals.models import (
+    Approval,
+    DecidedBy,
+    Decision,
+    DecisionKind,
+    SiblingResult,
+    decision_to_dict,
+)
 from approvals.outcomes import Outcome
 from approvals.plugins import (
     AsyncModel,
@@ -47,6 +57,13 @@ from approvals.tools import (
 )
 
 _LLM_VERSION = importlib.metadata.version("llm")
+
+log = logging.getLogger(__name__)
+
+#: How an automatic decision's actor is written (``rule:<id>``, ``grant:<id>``), beside Slack
+#: ids and ``cli:``.
+RULE_ACTOR_PREFIX = "rule:"
+GRANT_ACTOR_PREFIX = "grant:"
 
 
 __all__ = ["Outcome", "Resumed", "resume", "run_agent", "run_agent_async"]
@@ -71,6 +88,10 @@ class _RunContext:
     on_finish: str | None = None
     asynchronous: bool = False
     llm_log: bool = False
+    #: The policy rules in force (``APPROVALS_POLICY``), read when the run or resume starts.
+    rules: Sequence[policy.Rule] = ()
+    #: What the rules said about calls that then paused (tool call id → verdict).
+    verdicts: dict[str, policy.Verdict] = field(default_factory=dict)
 
 
 def run_agent(
@@ -220,6 +241,7 @@ def _new_run(
         on_finish=on_finish,
         asynchronous=asynchronous,
         llm_log=settings.llm_log if log is None else log,
+        rules=policy.rules_at(settings.policy_path),
     )
 
 
@@ -286,6 +308,7 @@ def resume(
         on_finish=approval.on_finish,
         asynchronous=approval.asynchronous,
         llm_log=approval.llm_log,
+        rules=_resume_rules(settings),
     )
     model: SyncModel | AsyncModel = (
         resolve_async_model(approval.model_id)
@@ -314,6 +337,15 @@ def resume(
     if not decision.kind.runs_tool:
         return Resumed(outcome, tool_output=ran.get("output"))
     return Resumed(outcome, ran.get("arguments"), ran.get("output"))
+
+
+def _resume_rules(settings: Settings) -> Sequence[policy.Rule]:
+    """The policy for a resume; one that does not load fails the run, visibly, rather than
+    letting later calls pause without the rules that should have judged them."""
+    try:
+        return policy.rules_at(settings.policy_path)
+    except ConfigError as exc:
+        raise ResumeError(str(exc)) from None
 
 
 def _decision_hooks(
@@ -384,8 +416,9 @@ def _drive(chain: Any, context: _RunContext) -> Outcome:
     """Iterate the chain to its end; on a gated pause, save it and say so."""
     seen: list[llm.Response] = []
     try:
-        for response in chain.responses():
-            seen.append(response)
+        with screened(lambda call, gate: _screen(context, call, gate)):
+            for response in chain.responses():
+                seen.append(response)
     except llm.PauseChain as pause:
         if not _ours(pause, context):
             raise  # not ours: a tool (or hook) of the caller's own paused the chain
@@ -402,8 +435,9 @@ async def _drive_async(chain: Any, context: _RunContext) -> Outcome:
     """``_drive`` for llm's async chains."""
     seen: list[llm.AsyncResponse] = []
     try:
-        async for response in chain.responses():
-            seen.append(response)
+        with screened(lambda call, gate: _screen(context, call, gate)):
+            async for response in chain.responses():
+                seen.append(response)
     except llm.PauseChain as pause:
         if not _ours(pause, context):
             raise
@@ -435,6 +469,176 @@ def _completed(text: str, context: _RunContext) -> Outcome:
     return Outcome("completed", text=text, run_id=context.run_id)
 
 
+def _screen(context: _RunContext, call: llm.ToolCall, gate: Gate) -> Screening:
+    """Put a gated call to the policy rules, then to the grants, where it would pause."""
+    if call.tool_call_id is None:
+        return Screening()
+    if not context.rules:
+        return _screen_grants(context, call, gate, None)
+    facts = policy.Call(
+        agent=context.agent,
+        tool=call.name,
+        args=call.arguments,
+        requester=context.requested_by or "",
+        channel=_channel(gate, context) or "",
+    )
+    verdict = policy.evaluate(context.rules, facts)
+    if verdict.error is not None:
+        log.warning("policy rule failed on %s, asking a person: %s", call.name, verdict.error)
+    if verdict.rule is None or verdict.action not in (policy.Action.APPROVE, policy.Action.REJECT):
+        context.verdicts[call.tool_call_id] = verdict
+        if verdict.action is policy.Action.ASK and verdict.error is None:
+            return _screen_grants(context, call, gate, verdict)
+        return Screening()  # a stricter review, or a rule that failed: a person decides
+    try:
+        decision = _decide_by_rule(context, call, gate, verdict, verdict.rule)
+    except redis.RedisError:
+        log.exception("could not record rule %s's decision: asking a person", verdict.rule.id)
+        return Screening()  # the pause then reports Redis's failure to the caller
+    if decision.kind is DecisionKind.APPROVE:
+        return Screening(run=True)
+    return Screening(output=f"Cancelled: {refusal_text(decision)}")
+
+
+def _screen_grants(
+    context: _RunContext, call: llm.ToolCall, gate: Gate, verdict: policy.Verdict | None
+) -> Screening:
+    """Let the call run when a live grant covers it (taking one use), else pause."""
+    if not gate.policy.allows_grants:
+        return Screening()
+    wanted = grants.Call(
+        tool=call.name,
+        agent=context.agent,
+        requester=context.requested_by or "",
+        arguments=call.arguments,
+        run_id=context.run_id,
+    )
+    try:
+        grant = grants.take(context.conn, wanted)
+        if grant is None:
+            return Screening()
+        _decide_by_grant(context, call, gate, grant, verdict)
+    except redis.RedisError:
+        log.exception("could not check the grants of %s: asking a person", call.name)
+        return Screening()
+    return Screening(run=True)
+
+
+def _decide_by_grant(
+    context: _RunContext,
+    call: llm.ToolCall,
+    gate: Gate,
+    grant: grants.Grant,
+    verdict: policy.Verdict | None,
+) -> None:
+    """Record a grant's use as an approval approved at once (audited with grant and creator)."""
+    decision = Decision(
+        kind=DecisionKind.APPROVE,
+        actor=GRANT_ACTOR_PREFIX + grant.id,
+        actor_name=f"grant {grant.id} of {grant.created_by_name or grant.created_by}",
+        at=time.time(),
+        arguments=dict(call.arguments),
+        decided_by=DecidedBy.GRANT,
+        grant_id=grant.id,
+        grant_creator=grant.created_by,
+    )
+    approval = _new_approval(call, [], context, gate, _channel(gate, context) or "")
+    approval.decision = decision
+    approval.expires_at = approval.created_at
+    events = [store.audit_entry("paused", approval.agent, tool=approval.tool_name)]
+    events += _verdict_events(verdict) if verdict is not None else []
+    events.append(
+        store.audit_entry("approved", decision.actor, grant=grant.id,
+                          grant_creator=grant.created_by, scope=grant.scope.value)
+    )  # fmt: skip
+    encoded = json.dumps(decision_to_dict(decision))
+    store.record_automatic(context.conn, approval, decision.kind.status, encoded, events)
+    if context.settings.grant_notice == "line" and approval.channel:
+        queue.enqueue_grant_line(context.conn, context.settings, approval.id)
+
+
+def _decide_by_rule(
+    context: _RunContext,
+    call: llm.ToolCall,
+    gate: Gate,
+    verdict: policy.Verdict,
+    rule: policy.Rule,
+) -> Decision:
+    """Record a rule's decision as an approval decided at once (audited with the rule's id)."""
+    approve = verdict.action is policy.Action.APPROVE
+    decision = Decision(
+        kind=DecisionKind.APPROVE if approve else DecisionKind.REJECT,
+        actor=RULE_ACTOR_PREFIX + rule.id,
+        actor_name=f"rule {rule.id}",
+        at=time.time(),
+        reason=None if approve else rule.reason,
+        arguments=dict(call.arguments),
+        decided_by=DecidedBy.RULE,
+        rule_id=rule.id,
+    )
+    approval = _new_approval(call, [], context, gate, _channel(gate, context) or "")
+    approval.rule_id = rule.id
+    approval.decision = decision
+    approval.expires_at = approval.created_at
+    events = [store.audit_entry("paused", approval.agent, tool=approval.tool_name)]
+    events += _verdict_events(verdict)
+    events.append(
+        store.audit_entry(
+            decision.kind.status.value, decision.actor, rule=rule.id, reason=decision.reason or ""
+        )
+    )
+    encoded = json.dumps(decision_to_dict(decision))
+    store.record_automatic(context.conn, approval, decision.kind.status, encoded, events)
+    return decision
+
+
+def _verdict_events(verdict: policy.Verdict) -> list[str]:
+    """Audit lines for what the shadow rules would have done, and for a rule that failed."""
+    events = [
+        store.audit_entry("rule_shadow", RULE_ACTOR_PREFIX + r.id, rule=r.id, would=r.action.value)
+        for r in verdict.shadows
+    ]
+    if verdict.error is not None:
+        events.append(store.audit_entry("rule_failed", "system", error=verdict.error))
+    if verdict.rule is not None and verdict.action is policy.Action.REQUIRE:
+        events.append(
+            store.audit_entry("rule_required", RULE_ACTOR_PREFIX + verdict.rule.id,
+                              rule=verdict.rule.id)
+        )  # fmt: skip
+    return events
+
+
+def _channel(gate: Gate, context: _RunContext) -> str | None:
+    return gate.channel or context.channel or context.settings.channel
+
+
+def _required(
+    approval: Approval, gate: Gate, verdict: policy.Verdict | None, settings: Settings
+) -> float | None:
+    """Apply a ``require`` rule to the new approval; returns the seconds it may wait (None:
+    indefinitely, as the gate's ``expires_in=None`` asks)."""
+    waits = None if gate.waits_forever else (gate.expires_in or settings.expires_in)
+    rule = verdict.rule if verdict is not None else None
+    if rule is None or rule.require is None or verdict is None:
+        return waits
+    if verdict.action is not policy.Action.REQUIRE:
+        return waits
+    need = rule.require
+    approval.rule_id = rule.id
+    approval.policy = dataclasses.replace(
+        approval.policy,
+        approvers=need.approvers if need.approvers is not None else approval.policy.approvers,
+        approver_groups=(
+            need.approver_groups
+            if need.approver_groups is not None
+            else approval.policy.approver_groups
+        ),
+        approvals_required=need.approvals_required or approval.policy.approvals_required,
+    )
+    approval.channel = need.channel or approval.channel
+    return need.expires_in or waits
+
+
 def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext) -> str:
     call = pause.tool_call
     assert call is not None and call.tool_call_id is not None
@@ -442,7 +646,6 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
     assert tool is not None
     gate = gate_of(tool.implementation)
     assert gate is not None
-    properties = tool.input_schema.get("properties", {})
     history: list[dict[str, Any]] = [dict(m.to_dict()) for m in base]
     if pause.tool_results:
         # Without these, the finished siblings of the paused turn would run again on resume.
@@ -451,10 +654,52 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
                 Message(role="tool", parts=[_result_part(r) for r in pause.tool_results]).to_dict()
             )
         )
-    channel = gate.channel or context.channel or context.settings.channel
+    channel = _channel(gate, context)
     if not channel:
         raise ConfigError("missing required setting APPROVALS_CHANNEL: where should the card go?")
-    approval = Approval(
+    approval = _new_approval(call, pause.tool_results, context, gate, channel)
+    verdict = context.verdicts.pop(call.tool_call_id, None)
+    waits = _required(approval, gate, verdict, context.settings)
+    settings = context.settings
+    approval.expires_at = 0.0 if waits is None else approval.created_at + waits
+    approval.remind_after = (
+        settings.remind_after if gate.remind_after is None else gate.remind_after
+    )
+    approval.escalate_to = settings.escalate_to if gate.escalate_to is None else gate.escalate_to
+    escalate = settings.escalate_after if gate.escalate_after is None else gate.escalate_after
+    approval.escalate_after = escalate if approval.escalate_to else 0.0
+    # One transaction: the approval exists with its card job and its deadlines, or not at all.
+    # The run's stream outlives the longest wait for this decision by the outcome's TTL.
+    run_ttl = None if waits is None else int(waits) + settings.result_ttl
+    pipe = store.create(context.conn, approval, history, run_ttl=run_ttl)
+    for event in _verdict_events(verdict) if verdict is not None else []:
+        pipe.rpush(store.audit_key(approval.id), event)
+    queue.enqueue_card(context.conn, settings, approval.id, pipeline=pipe)
+    if waits is not None:  # expiry never approves; without one the approval waits for people
+        queue.schedule_expiry(
+            context.conn, settings, approval.id, approval.created_at, approval.expires_at,
+            pipeline=pipe,
+        )  # fmt: skip
+    queue.schedule_reminders(
+        pipe, approval.id, approval.created_at, approval.remind_after, approval.escalate_after
+    )
+    pipe.execute()
+    return approval.id
+
+
+def _new_approval(
+    call: llm.ToolCall,
+    tool_results: Sequence[llm.ToolResult],
+    context: _RunContext,
+    gate: Gate,
+    channel: str,
+) -> Approval:
+    """The record of a gated call, as it is asked for (pending, no expiry yet)."""
+    assert call.tool_call_id is not None
+    tool = tool_named(context.tools, call.name)
+    assert tool is not None
+    properties = tool.input_schema.get("properties", {})
+    return Approval(
         id=new_approval_id(),
         agent=context.agent,
         model_id=context.model_id,
@@ -465,9 +710,7 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         channel=channel,
         system=context.system,
         summary=gate.describe(call.arguments),
-        siblings=[
-            SiblingResult(r.name, r.output[: SIBLING_PREVIEW + 1]) for r in pause.tool_results
-        ],
+        siblings=[SiblingResult(r.name, r.output[: SIBLING_PREVIEW + 1]) for r in tool_results],
         requested_by=context.requested_by,
         chain_limit=context.chain_limit,
         parent_id=context.parent_id,
@@ -482,23 +725,6 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         asynchronous=context.asynchronous,
         llm_log=context.llm_log,
     )
-    waits = gate.expires_in or context.settings.expires_in
-    approval.expires_at = approval.created_at + waits
-    # One transaction: the approval exists with its card job and its expiry, or not at all.
-    # The run's stream outlives the longest wait for this decision by the outcome's TTL.
-    run_ttl = int(waits) + context.settings.result_ttl
-    pipe = store.create(context.conn, approval, history, run_ttl=run_ttl)
-    queue.enqueue_card(context.conn, context.settings, approval.id, pipeline=pipe)
-    queue.schedule_expiry(
-        context.conn,
-        context.settings,
-        approval.id,
-        approval.created_at,
-        approval.expires_at,
-        pipeline=pipe,
-    )
-    pipe.execute()
-    return approval.id
 
 
 def _result_part(result: llm.ToolResult) -> ToolResultPart:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from approvals.grants import Grant, Scope
 from approvals.limits import FIELD_TEXT, HEADER_TEXT, SECTION_TEXT, SIBLING_PREVIEW, truncate
 from approvals.models import Approval, DecisionKind, OnReject, RunResult, Status
 from approvals.secrets import mask
@@ -19,6 +20,9 @@ REJECT_ACTION = "approval_reject"
 EDIT_ACTION = "approval_edit"
 RESPOND_ACTION = "approval_respond"
 RETRY_ACTION = "approval_retry"
+#: The scope menu beside Approve: choosing an option approves with that scope.
+APPROVE_SCOPE_ACTION = "approval_approve_scope"
+REVOKE_GRANT_ACTION = "grant_revoke"
 
 Block = dict[str, Any]
 
@@ -53,6 +57,10 @@ def person(actor: str | None) -> str:
         return f"{actor[4:]} (CLI)"
     if actor == "system":
         return "the expiry timer"
+    if actor.startswith("rule:"):
+        return f"policy rule `{actor[5:]}`"
+    if actor.startswith("grant:"):
+        return f"grant `{actor[6:]}`"
     return f"<@{actor}>"
 
 
@@ -125,11 +133,19 @@ def _fields(approval: Approval) -> list[Block]:
         fields.append(_md(f"*Requested by*\n{person(approval.requested_by)}", FIELD_TEXT))
     if approval.status is Status.PENDING and approval.expires_at:
         fields.append(_md(f"*Expires*\n{slack_date(approval.expires_at)}", FIELD_TEXT))
+    if approval.escalated_at is not None:
+        targets = ", ".join(_target(t) for t in approval.escalate_to)
+        escalated = f"*Escalated*\nto {targets} {slack_date(approval.escalated_at)}"
+        fields.append(_md(escalated, FIELD_TEXT))
     required = approval.policy.approvals_required
     if required > 1:
         who = ", ".join(person(v) for v in approval.votes) or "none yet"
         fields.append(_md(f"*Approvals*\n{len(approval.votes)} of {required} ({who})", FIELD_TEXT))
     return fields
+
+
+def _target(target: str) -> str:
+    return f"<!subteam^{target}>" if target.startswith("S") else f"<#{target}>"
 
 
 def build_card_text(approval: Approval) -> str:
@@ -156,13 +172,111 @@ def build_buttons(approval: Approval) -> Block:
     """The decision buttons for one approval; each value carries only its id."""
     approve = _button(APPROVE_ACTION, "Approve", approval, "primary")
     approve["confirm"] = _confirm("Approve?", f"Run `{approval.tool_name}` now?", "Approve")
-    elements = [approve, _button(REJECT_ACTION, "Reject", approval, "danger")]
+    elements = [approve]
+    if approval.policy.allows_grants:
+        elements.append(build_scope_menu(approval))
+    elements.append(_button(REJECT_ACTION, "Reject", approval, "danger"))
     # A quorum is about approving the call as proposed: no single person edits or answers.
     if approval.policy.approvals_required == 1:
         if approval.editable:
             elements.append(_button(EDIT_ACTION, "Edit", approval))
         elements.append(_button(RESPOND_ACTION, "Respond", approval))
     return {"type": "actions", "block_id": f"decide-{approval.id}", "elements": elements}
+
+
+def build_scope_menu(approval: Approval) -> Block:
+    """The scope choice beside Approve; each option's value is ``<approval id>:<scope>``."""
+    scopes = [s for s in Scope if s is not Scope.RUN or approval.run_id is not None]
+    options = [
+        {"text": {"type": "plain_text", "text": s.label}, "value": f"{approval.id}:{s.value}"}
+        for s in scopes
+    ]
+    return {
+        "type": "static_select",
+        "action_id": APPROVE_SCOPE_ACTION,
+        "placeholder": {"type": "plain_text", "text": "Approve for…"},
+        "options": options,
+        "confirm": _confirm(
+            "Approve with this scope?",
+            f"Run `{approval.tool_name}` now, and let the scope you chose through without asking.",
+            "Approve",
+        ),
+    }
+
+
+def parse_scope_value(value: str) -> tuple[str, Scope] | None:
+    """(approval id, scope) from a scope option's value; None when it is not one."""
+    approval_id, _, raw = value.partition(":")
+    try:
+        return approval_id, Scope(raw)
+    except ValueError:
+        return None
+
+
+def card_link(approval: Approval) -> str | None:
+    """A link to the card (Slack's permalink form), None before it is posted."""
+    if approval.card_ts is None:
+        return None
+    return f"https://slack.com/archives/{approval.channel}/p{approval.card_ts.replace('.', '')}"
+
+
+def build_reminder_message(approval: Approval, round_: int, of: int) -> list[Block]:
+    """The thread reply that reminds people the request still waits (round ``round_``)."""
+    return [
+        _context(
+            f":bell: Reminder {round_} of {of}: still waiting for a decision since "
+            f"{slack_date(approval.created_at)}."
+        )
+    ]
+
+
+def build_reminder_dm(approval: Approval) -> list[Block]:
+    """The direct message to an approver: what waits, and a link to its card."""
+    link = card_link(approval)
+    what = approval.summary or f"`{approval.tool_name}`"
+    where = f" <{link}|Open the card>" if link else ""
+    return [_section(f":bell: *{what}* from {approval.agent} waits for your decision.{where}")]
+
+
+def build_escalation_notice(approval: Approval, groups: list[str]) -> list[Block]:
+    """Above the escalated copy of the card: why it is here, and who is called on."""
+    mentions = " ".join(f"<!subteam^{g}>" for g in groups)
+    link = card_link(approval)
+    text = f":rotating_light: Escalated: nobody decided since {slack_date(approval.created_at)}."
+    if link:
+        text += f" <{link}|The first card>."
+    return [_section(f"{text} {mentions}".strip())]
+
+
+def build_grant_use_line(approval: Approval) -> list[Block]:
+    """The one compact line posted when a grant let a call through without a card."""
+    what = approval.summary or f"`{approval.tool_name}`"
+    return [_context(f":zap: {what} · {approval.agent} · {decision_line(approval)}")]
+
+
+def build_grant_line(grant: Grant, now: float) -> list[Block]:
+    """One grant on the App Home tab, with Revoke while it is live."""
+    state = "revoked" if grant.revoked_at else ("live" if grant.live(now) else "expired")
+    until = f" until {slack_date(grant.expires_at)}" if grant.expires_at else ""
+    text = (
+        f"*{grant.scope.label}* · {grant.describe()} · by {person(grant.created_by)}"
+        f" · {state}{until} · used {grant.uses} times · `{grant.id}`"
+    )
+    section: Block = {"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, 3000)}}
+    if grant.live(now):
+        section["accessory"] = {
+            "type": "button",
+            "action_id": REVOKE_GRANT_ACTION,
+            "text": {"type": "plain_text", "text": "Revoke"},
+            "value": grant.id,
+            "style": "danger",
+        }
+    return [section]
+
+
+def confirm_dialog(text: str, confirm: str = "Yes") -> Block:
+    """A confirm dialog asking ``text`` (for buttons built outside this module)."""
+    return _confirm("Are you sure?", text, confirm)
 
 
 def _confirm(title: str, text: str, confirm: str) -> Block:
@@ -222,6 +336,8 @@ def decision_line(approval: Approval) -> str:
     quorum = decision.kind is DecisionKind.APPROVE and len(approval.votes) > 1
     voters = approval.votes if quorum else (decision.actor,)
     text = f"{_VERB[decision.kind]} by {', '.join(person(v) for v in voters)}"
+    if decision.grant_creator:
+        text += f" of {person(decision.grant_creator)}"
     text += f" {slack_date(decision.at)}"
     if decision.reason:
         text += f": {decision.reason}"

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from approvals import lookup, queue, store
+from approvals import grants, lookup, policy, queue, store
 from approvals.cards import decision_line
 from approvals.config import Settings
 from approvals.dev.cli import demo_run, dev_run
@@ -560,6 +560,83 @@ def tokens_revoke(settings: Settings, token_id: str) -> None:
     if not revoke_token(store.connect(settings), token_id):
         raise click.ClickException(f"no token with id {token_id!r}")
     click.echo(f"token {token_id} revoked")
+
+
+@cli.group(name="grants")
+def grants_group() -> None:
+    """List and revoke the grants approvers made from cards."""
+
+
+@grants_group.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@pass_settings
+def grants_list(settings: Settings, as_json: bool) -> None:
+    """Every grant, newest first, live, expired or revoked."""
+    now = time.time()
+    for grant in grants.list_grants(store.connect(settings)):
+        if as_json:
+            click.echo(json.dumps(grants.to_dict(grant)))
+            continue
+        state = "revoked" if grant.revoked_at else ("live" if grant.live(now) else "expired")
+        until = (
+            f" until {time.strftime('%Y-%m-%d %H:%M', time.localtime(grant.expires_at))}"
+            if (grant.expires_at)
+            else ""
+        )
+        click.echo(
+            f"{grant.id}  {state}{until}  {grant.scope.label}  {grant.tool}  agent={grant.agent}"
+            f"  by={grant.created_by}  uses={grant.uses}"
+        )
+
+
+@grants_group.command(name="revoke")
+@click.argument("grant_id", metavar="ID")
+@pass_settings
+def grants_revoke(settings: Settings, grant_id: str) -> None:
+    """Revoke a grant: calls it covered wait for a person again."""
+    actor = CLI_ACTOR_PREFIX + getpass.getuser()
+    grants.revoke(store.connect(settings), settings, grant_id, actor, is_operator=True)
+    click.echo(f"revoked {grant_id}")
+
+
+@cli.group(name="policy")
+def policy_group() -> None:
+    """Check the policy rules of APPROVALS_POLICY."""
+
+
+@policy_group.command(name="test")
+@click.option("--agent", required=True, help="The agent name the call comes from.")
+@click.option("--tool", required=True, help="The tool's name.")
+@click.option("--args", "arguments", default="{}", show_default=True, help="Arguments as JSON.")
+@click.option("--requester", default="", help="The Slack user id the agent acts for.")
+@click.option("--channel", default=None, help="The card's channel (default APPROVALS_CHANNEL).")
+@click.option("--file", "path", default=None, help="A policy file (default APPROVALS_POLICY).")
+@pass_settings
+def policy_test(
+    settings: Settings,
+    agent: str,
+    tool: str,
+    arguments: str,
+    requester: str,
+    channel: str | None,
+    path: str | None,
+) -> None:
+    """Say which rule would decide a call, and why each rule before it did not."""
+    try:
+        args = json.loads(arguments)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--args") from None
+    if not isinstance(args, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--args")
+    path = path or settings.policy_path
+    if not path:
+        raise click.ClickException("no policy: set APPROVALS_POLICY or pass --file")
+    call = policy.Call(agent, tool, args, requester, channel or settings.channel or "")
+    verdict = policy.evaluate(policy.load(path), call)
+    for line in verdict.trace:
+        click.echo(line)
+    rule = f" (rule {verdict.rule_id})" if verdict.rule_id else ""
+    click.echo(f"=> {verdict.action.value}{rule}")
 
 
 @cli.command(name="doctor")

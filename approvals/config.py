@@ -124,6 +124,17 @@ class Settings:
     #: Where callers (``approvals hook``, ``approvals mcp``) reach ``approvals api``, and as whom.
     api_url: str = "http://127.0.0.1:8000"
     api_token: str | None = None
+    #: A TOML file of policy rules applied before a call pauses (``approvals.policy``).
+    policy_path: str | None = None
+    #: Seconds before the approvers are reminded of a waiting approval, and between reminders
+    #: (0: never); a gate's ``remind_after`` wins.
+    remind_after: float = 3600.0
+    #: Seconds before a waiting card is escalated to ``escalate_to`` (0: never).
+    escalate_after: float = 0.0
+    #: Channel ids and user group ids an escalation goes to.
+    escalate_to: tuple[str, ...] = ()
+    #: "line": a call a grant let through gets one compact line in its channel; "none": silent.
+    grant_notice: str = "line"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -138,6 +149,9 @@ class Settings:
         if log_format not in ("text", "json"):
             raise ConfigError(f"APPROVALS_LOG_FORMAT must be text or json, got {log_format!r}")
         llm_log, llm_log_db = _llm_log(env.get("APPROVALS_LLM_LOG"))
+        grant_notice = env.get("APPROVALS_GRANT_NOTICE") or "line"
+        if grant_notice not in ("line", "none"):
+            raise ConfigError(f"APPROVALS_GRANT_NOTICE must be line or none, got {grant_notice!r}")
         return cls(
             redis_url=env.get("REDIS_URL") or DEFAULT_REDIS_URL,
             slack_bot_token=env.get("SLACK_BOT_TOKEN") or None,
@@ -175,6 +189,11 @@ class Settings:
             api_rate_limit=int(_number(env, "APPROVALS_API_RATE_LIMIT", 600, low=1)),
             api_url=(env.get("APPROVALS_API_URL") or "http://127.0.0.1:8000").rstrip("/"),
             api_token=env.get("APPROVALS_API_TOKEN") or None,
+            policy_path=env.get("APPROVALS_POLICY") or None,
+            grant_notice=grant_notice,
+            remind_after=_number(env, "APPROVALS_REMIND_AFTER", 3600.0, low=0),
+            escalate_after=_number(env, "APPROVALS_ESCALATE_AFTER", 0.0, low=0),
+            escalate_to=_escalate_to(env.get("APPROVALS_ESCALATE_TO")),
         )
 
     def require(self, *names: str) -> None:
@@ -203,6 +222,18 @@ def _webhook_secret(env: Mapping[str, str]) -> str | None:
     if secret is None and _csv(env.get("APPROVALS_WEBHOOK_URLS")):
         raise ConfigError("APPROVALS_WEBHOOK_URLS is set: set APPROVALS_WEBHOOK_SECRET too")
     return secret
+
+
+def _escalate_to(raw: str | None) -> tuple[str, ...]:
+    """``APPROVALS_ESCALATE_TO``: channel ids (C..., G...) and user group ids (S...)."""
+    targets = _csv(raw)
+    for target in targets:
+        if target[:1] not in ("C", "G", "S"):
+            raise ConfigError(
+                f"APPROVALS_ESCALATE_TO takes channel ids (C...) and user group ids (S...), "
+                f"got {target!r}"
+            )
+    return targets
 
 
 def _with_slash(url: str) -> str:

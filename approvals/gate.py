@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from enum import Enum
+from typing import Any, Literal, TypeVar, overload
 
 import llm
 
@@ -26,6 +27,17 @@ from approvals.errors import CorruptRecord
 from approvals.models import OnReject, Policy, policy_from_dict, policy_to_dict
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Unset(Enum):
+    """The default of ``expires_in``: the setting applies (``None`` means "never expire")."""
+
+    TOKEN = 0
+
+
+UNSET: Literal[_Unset.TOKEN] = _Unset.TOKEN
+#: What ``expires_in`` accepts: seconds, None (wait indefinitely) or the default.
+ExpiresIn = float | None | Literal[_Unset.TOKEN]
 
 GATE_ATTRIBUTE = "__approval_gate__"
 
@@ -49,8 +61,15 @@ class Gate:
 
     channel: str | None = None
     summary: str | None = None
+    #: None: ``APPROVALS_EXPIRES_IN`` (unless ``waits_forever``).
     expires_in: float | None = None
     policy: Policy = field(default_factory=Policy)
+    #: ``expires_in=None`` was given: the approval never expires.
+    waits_forever: bool = False
+    #: None: the settings (``APPROVALS_REMIND_AFTER`` and so on); 0: off.
+    remind_after: float | None = None
+    escalate_after: float | None = None
+    escalate_to: tuple[str, ...] | None = None
 
     def describe(self, arguments: dict[str, Any]) -> str | None:
         """The summary with the arguments filled in; the raw template if they do not fit."""
@@ -72,12 +91,16 @@ def requires_approval(
     editable: Iterable[str] | None = None,
     reason_required: bool = False,
     on_reject: str = "resume",
-    expires_in: float | None = None,
+    expires_in: ExpiresIn = UNSET,
     approvers: Iterable[str] | None = None,
     approver_groups: Iterable[str] | None = None,
     allow_self_approval: bool = False,
     approvals_required: int = 1,
     webhook: str | None = None,
+    grantable: bool = True,
+    remind_after: float | None = None,
+    escalate_after: float | None = None,
+    escalate_to: Iterable[str] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -89,12 +112,16 @@ def requires_approval(
     editable: Iterable[str] | None = None,
     reason_required: bool = False,
     on_reject: str = "resume",
-    expires_in: float | None = None,
+    expires_in: ExpiresIn = UNSET,
     approvers: Iterable[str] | None = None,
     approver_groups: Iterable[str] | None = None,
     allow_self_approval: bool = False,
     approvals_required: int = 1,
     webhook: str | None = None,
+    grantable: bool = True,
+    remind_after: float | None = None,
+    escalate_after: float | None = None,
+    escalate_to: Iterable[str] | None = None,
 ) -> F | Callable[[F], F]:
     """Mark a tool as needing approval; usable bare or with options.
 
@@ -106,13 +133,20 @@ def requires_approval(
         on_reject: ``"resume"`` (the model is told and re-plans) or ``"stop"`` (the run ends).
             Also applies when the approval expires.
         expires_in: seconds until an undecided approval expires (default
-            ``APPROVALS_EXPIRES_IN``, 24 h).
+            ``APPROVALS_EXPIRES_IN``, 24 h); ``None`` waits indefinitely. Expiry never approves.
+        remind_after: seconds before the approvers are reminded, and between reminders (at
+            most three; default ``APPROVALS_REMIND_AFTER``, 1 h; 0: none).
+        escalate_after, escalate_to: seconds after which the card is also posted to these
+            channel ids and user group ids, whose members may then decide too (defaults
+            ``APPROVALS_ESCALATE_AFTER``, ``APPROVALS_ESCALATE_TO``).
         approvers, approver_groups: Slack user ids / user group ids allowed to decide,
             instead of ``APPROVERS`` / ``APPROVER_GROUPS``.
         allow_self_approval: the person the agent acts for (``requested_by``) may decide.
         approvals_required: distinct approvals needed; one rejection still ends it.
         webhook: a URL that also receives this tool's state changes, signed with
             ``APPROVALS_WEBHOOK_SECRET`` like those of ``APPROVALS_WEBHOOK_URLS``.
+        grantable: an approver may approve with a wider scope (a grant: this tool for the
+            run, for some hours, or these exact arguments); never with a quorum.
     """
     gate = _make_gate(
         channel=channel,
@@ -126,6 +160,10 @@ def requires_approval(
         allow_self_approval=allow_self_approval,
         approvals_required=approvals_required,
         webhook=webhook,
+        grantable=grantable,
+        remind_after=remind_after,
+        escalate_after=escalate_after,
+        escalate_to=escalate_to,
     )
 
     def decorate(func: F) -> F:
@@ -141,22 +179,33 @@ def _make_gate(
     editable: Iterable[str] | None = None,
     reason_required: bool = False,
     on_reject: str = "resume",
-    expires_in: float | None = None,
+    expires_in: ExpiresIn = UNSET,
     approvers: Iterable[str] | None = None,
     approver_groups: Iterable[str] | None = None,
     allow_self_approval: bool = False,
     approvals_required: int = 1,
     webhook: str | None = None,
+    grantable: bool = True,
+    remind_after: float | None = None,
+    escalate_after: float | None = None,
+    escalate_to: Iterable[str] | None = None,
 ) -> Gate:
     """A ``Gate`` from ``requires_approval``'s options (``gate()`` takes the same)."""
     if approvals_required < 1:
         raise ValueError("approvals_required must be at least 1")
-    if expires_in is not None and expires_in <= 0:
+    if isinstance(expires_in, int | float) and expires_in <= 0:
         raise ValueError("expires_in must be a positive number of seconds")
+    for name, value in (("remind_after", remind_after), ("escalate_after", escalate_after)):
+        if value is not None and value < 0:
+            raise ValueError(f"{name} must be a number of seconds (0: off)")
     return Gate(
         channel=channel,
         summary=summary,
-        expires_in=expires_in,
+        expires_in=None if expires_in is None or expires_in is UNSET else float(expires_in),
+        waits_forever=expires_in is None,
+        remind_after=remind_after,
+        escalate_after=escalate_after,
+        escalate_to=_names(escalate_to, "escalate_to"),
         policy=Policy(
             approvers=_names(approvers, "approvers"),
             approver_groups=_names(approver_groups, "approver_groups"),
@@ -166,6 +215,7 @@ def _make_gate(
             reason_required=reason_required,
             on_reject=OnReject(on_reject),
             webhook=webhook,
+            grantable=grantable,
         ),
     )
 
@@ -251,6 +301,10 @@ def gate_to_dict(options: Gate) -> dict[str, Any]:
         "summary": options.summary,
         "expires_in": options.expires_in,
         "policy": policy_to_dict(options.policy),
+        "waits_forever": options.waits_forever,
+        "remind_after": options.remind_after,
+        "escalate_after": options.escalate_after,
+        "escalate_to": None if options.escalate_to is None else list(options.escalate_to),
     }
 
 
@@ -263,11 +317,24 @@ def gate_from_dict(data: Mapping[str, Any]) -> Gate:
         and (expires_in is None or isinstance(expires_in, int | float))
     ):
         raise CorruptRecord("a recorded gate has fields of the wrong type")
+    remind, escalate, targets = (data.get(k) for k in ("remind_after", "escalate_after",
+                                                        "escalate_to"))  # fmt: skip
+    if not (
+        all(v is None or (isinstance(v, int | float) and not isinstance(v, bool))
+            for v in (remind, escalate))
+        and (targets is None or (isinstance(targets, list)
+                                 and all(isinstance(t, str) for t in targets)))
+    ):  # fmt: skip
+        raise CorruptRecord("a recorded gate has reminder fields of the wrong type")
     return Gate(
         channel=channel,
         summary=summary,
         expires_in=None if expires_in is None else float(expires_in),
         policy=policy_from_dict(data.get("policy")),
+        waits_forever=data.get("waits_forever") is True,
+        remind_after=None if remind is None else float(remind),
+        escalate_after=None if escalate is None else float(escalate),
+        escalate_to=None if targets is None else tuple(targets),
     )
 
 
@@ -287,6 +354,34 @@ def gate_of(tool: Any) -> Gate | None:
 
 
 _approval: ContextVar[str | None] = ContextVar("approvals_current", default=None)
+
+
+@dataclass(frozen=True)
+class Screening:
+    """What was decided about a gated call at the moment it would pause (a policy rule).
+
+    ``run``: the call runs at once; ``output``: the model receives this instead of a run (a
+    refusal); neither: the call pauses for a person.
+    """
+
+    run: bool = False
+    output: str | None = None
+
+
+#: Decides a gated call before it pauses; the agent sets one while it drives a chain.
+Screen = Callable[[llm.ToolCall, "Gate"], Screening]
+
+_screen: ContextVar[Screen | None] = ContextVar("approvals_screen", default=None)
+
+
+@contextmanager
+def screened(screen: Screen) -> Iterator[None]:
+    """Inside the block, gated calls no decision released are first put to ``screen``."""
+    token = _screen.set(screen)
+    try:
+        yield
+    finally:
+        _screen.reset(token)
 
 
 @contextmanager
@@ -322,9 +417,16 @@ def _gated(func: F, gate: Gate) -> F:
         pauses the chain when no decision released this call."""
         call_id = llm_tool_call.tool_call_id if llm_tool_call is not None else None
         release = _released.get() or {}
-        if call_id is None or call_id not in release:
-            raise llm.PauseChain(f"{func.__name__} needs approval")
-        return release[call_id]
+        if call_id is not None and call_id in release:
+            return release[call_id]
+        screen = _screen.get()
+        if screen is not None and llm_tool_call is not None and call_id is not None:
+            screening = screen(llm_tool_call, gate)
+            if screening.output is not None:
+                return screening.output
+            if screening.run:
+                return None
+        raise llm.PauseChain(f"{func.__name__} needs approval")
 
     if inspect.iscoroutinefunction(func):
         # llm awaits coroutine tools (and runs them concurrently in async chains): the gate

@@ -98,6 +98,16 @@ class DecisionKind(StrEnum):
         return self in (DecisionKind.APPROVE, DecisionKind.EDIT)
 
 
+class DecidedBy(StrEnum):
+    """What made a decision: the ``decided_by`` a signed receipt of the release can carry."""
+
+    PERSON = "person"
+    #: A grant someone made from an earlier card (``Decision.grant_id``).
+    GRANT = "grant"
+    #: A rule of ``APPROVALS_POLICY`` (``Decision.rule_id``).
+    RULE = "rule"
+
+
 class OnReject(StrEnum):
     #: The model is told and the chain resumes, so the agent can re-plan.
     RESUME = "resume"
@@ -123,6 +133,12 @@ class Policy:
     on_reject: OnReject = OnReject.RESUME
     #: A URL that receives this approval's state changes, besides ``APPROVALS_WEBHOOK_URLS``.
     webhook: str | None = None
+    #: Whether an approver may approve with a wider scope (a grant); never with a quorum.
+    grantable: bool = True
+
+    @property
+    def allows_grants(self) -> bool:
+        return self.grantable and self.approvals_required == 1
 
 
 @dataclass(frozen=True)
@@ -164,6 +180,17 @@ class Decision:
     arguments: dict[str, Any] | None = None
     #: For ``respond``: the text the model receives instead of the tool's result.
     response: str | None = None
+    #: A person, a grant or a rule. An automatic decision (grant, rule) is carried out in the
+    #: agent's process, at the moment the call would have paused: no worker resumes it.
+    decided_by: DecidedBy = DecidedBy.PERSON
+    rule_id: str | None = None
+    grant_id: str | None = None
+    #: Who made the grant that decided (a Slack user id).
+    grant_creator: str | None = None
+
+    @property
+    def automatic(self) -> bool:
+        return self.decided_by is not DecidedBy.PERSON
 
 
 @dataclass(frozen=True)
@@ -218,6 +245,14 @@ class Approval:
     external: bool = False
     #: Markdown the caller wrote for the card (external approvals).
     preview: str | None = None
+    #: The policy rule that required this review, or decided it automatically.
+    rule_id: str | None = None
+    #: Seconds between reminders to the approvers (0: none); at most ``MAX_REMINDERS``.
+    remind_after: float = 0.0
+    #: Seconds after which the card is escalated to ``escalate_to`` (0: never).
+    escalate_after: float = 0.0
+    #: Channel ids (``C...``) and user group ids (``S...``) an escalation goes to.
+    escalate_to: tuple[str, ...] = ()
     status: Status = Status.PENDING
     card_ts: str | None = None
     decision: Decision | None = None
@@ -229,6 +264,15 @@ class Approval:
     tool_finished_at: float | None = None
     #: The signed receipt of the decision that released the call (``approvals.receipts``).
     receipt: str | None = None
+    #: When the card was escalated (None: not, or not yet).
+    escalated_at: float | None = None
+
+    @property
+    def escalated_groups(self) -> tuple[str, ...]:
+        """User groups whose members may decide too, once the card was escalated."""
+        if self.escalated_at is None:
+            return ()
+        return tuple(target for target in self.escalate_to if target.startswith("S"))
 
     @property
     def tool(self) -> ToolRef:
@@ -250,6 +294,7 @@ class Approval:
             "tool_started_at",
             "tool_finished_at",
             "receipt",
+            "escalated_at",
         )
         for mutable in mutable_fields:
             data.pop(mutable)
@@ -277,6 +322,7 @@ class Approval:
 def decision_to_dict(decision: Decision) -> dict[str, Any]:
     data = asdict(decision)
     data["kind"] = decision.kind.value
+    data["decided_by"] = decision.decided_by.value
     return data
 
 
@@ -306,6 +352,11 @@ def _time(data: Any, name: str) -> float:
         return float(value)
     except OverflowError:
         raise CorruptRecord(f"field {name!r} is out of range") from None
+
+
+def _optional_time(data: Any, name: str) -> float:
+    """A number of seconds that older records do not have (0.0 then)."""
+    return 0.0 if data.get(name) is None else _time(data, name)
 
 
 def _enum(enum: type[StrEnum], raw: Any) -> Any:
@@ -355,6 +406,10 @@ def approval_from_parts(
         llm_log=_get(record, "llm_log", bool, optional=True) or False,
         external=_get(record, "external", bool, optional=True) or False,
         preview=_get(record, "preview", str, optional=True),
+        rule_id=_get(record, "rule_id", str, optional=True),
+        remind_after=_optional_time(record, "remind_after"),
+        escalate_after=_optional_time(record, "escalate_after"),
+        escalate_to=_strings(record.get("escalate_to", []), "escalate_to"),
         status=_enum(Status, status),
         card_ts=card_ts if isinstance(card_ts, str) else None,
         decision=None if decision is None else _decision_from_dict(decision),
@@ -362,6 +417,7 @@ def approval_from_parts(
         votes=_strings(votes, "votes") if votes is not None else (),
         tool_started_at=_mark(marks, "tool_started"),
         tool_finished_at=_mark(marks, "tool_finished"),
+        escalated_at=_mark(marks, "escalated"),
     )
 
 
@@ -425,6 +481,7 @@ def _policy_from_dict(data: Any) -> Policy:
         reason_required=_get(data, "reason_required", bool),
         on_reject=_enum(OnReject, _get(data, "on_reject", str)),
         webhook=_get(data, "webhook", str, optional=True),
+        grantable=_get(data, "grantable", bool, optional=True) is not False,
     )
 
 
@@ -442,6 +499,11 @@ def _decision_from_dict(data: Any) -> Decision:
         actor_name=_get(data, "actor_name", str, optional=True),
         arguments=_get(data, "arguments", dict, optional=True),
         response=_get(data, "response", str, optional=True),
+        # Older records carry no origin: only people decided then.
+        decided_by=_enum(DecidedBy, _get(data, "decided_by", str, optional=True) or "person"),
+        rule_id=_get(data, "rule_id", str, optional=True),
+        grant_id=_get(data, "grant_id", str, optional=True),
+        grant_creator=_get(data, "grant_creator", str, optional=True),
     )
 
 

@@ -26,10 +26,15 @@ INTERRUPTED = "worker.jobs.announce_interrupted"
 EXPIRE = "worker.jobs.expire_approval"
 WARN = "worker.jobs.warn_expiry"
 FINISH = "worker.jobs.call_on_finish"
+GRANT_LINE = "worker.jobs.announce_grant_use"
+REMIND = "worker.jobs.remind_approvers"
+ESCALATE = "worker.jobs.escalate_approval"
 
 #: The kinds of deadline ``store.add_deadline`` keeps.
 EXPIRE_DEADLINE = "expire"
 WARN_DEADLINE = "warn"
+REMIND_DEADLINE = "remind"
+ESCALATE_DEADLINE = "escalate"
 
 #: How long RQ keeps a finished job's result (the approval's own record is what matters).
 RESULT_TTL = 3600
@@ -125,18 +130,51 @@ def schedule_expiry(
         store.add_deadline(target, WARN_DEADLINE, approval_id, warn_at)
 
 
+def schedule_reminders(
+    target: Any, approval_id: str, created_at: float, remind_after: float, escalate_after: float
+) -> None:
+    """Record the first reminder and the escalation as deadlines, like the expiry (0: none).
+
+    ``target`` is a client or the pause's pipeline. Each reminder job records the next one.
+    """
+    if remind_after > 0:
+        store.add_deadline(target, REMIND_DEADLINE, approval_id, created_at + remind_after)
+    if escalate_after > 0:
+        store.add_deadline(target, ESCALATE_DEADLINE, approval_id, created_at + escalate_after)
+
+
 def enqueue_deadline(conn: redis.Redis, settings: Settings, kind: str, approval_id: str) -> None:
     """Ask a worker to act on a deadline that came due (the job ignores a decided approval)."""
-    function = {EXPIRE_DEADLINE: EXPIRE, WARN_DEADLINE: WARN}.get(kind)
+    function = {
+        EXPIRE_DEADLINE: EXPIRE,
+        WARN_DEADLINE: WARN,
+        REMIND_DEADLINE: REMIND,
+        ESCALATE_DEADLINE: ESCALATE,
+    }.get(kind)
     if function is None:
         return  # not ours: Redis is a trust boundary, and nothing else is named here
     get_queue(conn, settings).enqueue(
         function,
         approval_id,
-        job_id=f"{kind}-{approval_id}",
+        # Reminders repeat: each round is a job of its own.
+        job_id=f"{kind}-{approval_id}-{time.time_ns()}"
+        if kind == REMIND_DEADLINE
+        else f"{kind}-{approval_id}",
         job_timeout=60,
         result_ttl=RESULT_TTL,
         at_front=True,
+    )
+
+
+def enqueue_grant_line(conn: redis.Redis, settings: Settings, approval_id: str) -> None:
+    """Ask a worker to post the compact line that says a grant let a call through."""
+    get_queue(conn, settings).enqueue(
+        GRANT_LINE,
+        approval_id,
+        job_id=f"grant-line-{approval_id}",
+        retry=_SLACK_RETRY,
+        job_timeout=60,
+        result_ttl=0,
     )
 
 

@@ -30,7 +30,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, cast
 
 import jwt
@@ -41,22 +40,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from approvals import keys as keyring
 from approvals import store
 from approvals.errors import InvalidReceipt
+from approvals.models import DecidedBy
 
 ISSUER = "approvals"
 ALGORITHM = "EdDSA"
 #: The decisions that release a call, and so the only ones a receipt can name.
 RELEASING = ("approve", "edit")
 _REQUIRED = ["iss", "sub", "jti", "iat", "exp"]
-
-
-class DecidedBy(StrEnum):
-    """What released the call: only ``person`` proves that a person said yes."""
-
-    PERSON = "person"
-    #: Reserved: a standing grant a person made (the receipt names the grant and its maker).
-    GRANT = "grant"
-    #: Reserved: a policy rule (the receipt names the rule).
-    RULE = "rule"
 
 
 @dataclass(frozen=True)

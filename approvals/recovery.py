@@ -83,7 +83,11 @@ def requeue_stranded(conn: redis.Redis, settings: Settings) -> list[str]:
         )
         if approval.external:  # its caller acts on the decision: nothing to resume
             continue
-        if approval.status not in DECIDED or stopped or queue.resume_queued(conn, approval.id):
+        # An automatic decision (rule, grant) was carried out in the agent's process.
+        automatic = approval.decision is not None and approval.decision.automatic
+        if approval.status not in DECIDED or stopped or automatic:
+            continue
+        if queue.resume_queued(conn, approval.id):
             continue
         if not store.claim(conn, approval.id, REQUEUED):
             continue

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -22,6 +23,7 @@ from approvals.config import Settings
 from approvals.errors import (
     AlreadyDecided,
     AlreadyVoted,
+    ApprovalsError,
     ConfigError,
     InvalidArguments,
     NotAllowed,
@@ -66,6 +68,8 @@ def refusal(
     groups = settings.approver_groups if policy.approver_groups is None else policy.approver_groups
     if not approvers and not groups:
         return None
+    # Once escalated, the members of the groups it went to may decide too.
+    groups = (*groups, *approval.escalated_groups)
     if actor in approvers or any(actor in members_of(group) for group in groups):
         return None
     return "you are not one of the approvers for this request"
@@ -204,6 +208,45 @@ def decide(
         approvers = vote.voters or approvers
     _after_decision(conn, settings, approval, decision, approvers)
     return store.load(conn, approval_id)
+
+
+@dataclass(frozen=True)
+class BulkOutcome:
+    """What happened to one approval of a decision in bulk."""
+
+    approval_id: str
+    #: The approval after the attempt (None when it was refused).
+    approval: Approval | None = None
+    #: Why it was refused, in words (None when it was decided or counted).
+    refused: str | None = None
+
+
+def decide_many(
+    conn: redis.Redis,
+    settings: Settings,
+    approval_ids: Sequence[str],
+    kind: DecisionKind,
+    actor: str,
+    *,
+    actor_name: str | None = None,
+    members_of: GroupMembers = _no_groups,
+) -> list[BulkOutcome]:
+    """Approve or reject several approvals: each checked and decided atomically on its own
+    (``decide``), so one refusal never blocks or undoes the others."""
+    if kind not in (DecisionKind.APPROVE, DecisionKind.REJECT):
+        raise NotAllowed("only approve and reject can be decided in bulk")
+    outcomes_: list[BulkOutcome] = []
+    for approval_id in dict.fromkeys(approval_ids):
+        try:
+            decided = decide(
+                conn, settings, approval_id, kind, actor,
+                actor_name=actor_name, members_of=members_of,
+            )  # fmt: skip
+        except ApprovalsError as exc:
+            outcomes_.append(BulkOutcome(approval_id, refused=str(exc) or type(exc).__name__))
+            continue
+        outcomes_.append(BulkOutcome(approval_id, decided))
+    return outcomes_
 
 
 def expire(conn: redis.Redis, settings: Settings, approval_id: str) -> Approval | None:

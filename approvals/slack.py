@@ -182,6 +182,40 @@ def announce_interrupted(client: WebClient, approval: Approval) -> None:
     reply(client, approval, cards.build_interrupted_message(approval), "The run was interrupted")
 
 
+def post_grant_use(client: WebClient, approval: Approval) -> None:
+    """One compact line in the channel: a grant let this call through."""
+    client.chat_postMessage(
+        channel=approval.channel,
+        text=f"{approval.tool_name} ran: {cards.decision_line(approval)}",
+        blocks=cards.build_grant_use_line(approval),
+    )
+
+
+def remind(client: WebClient, approval: Approval, people: list[str], round_: int, of: int) -> None:
+    """A reminder in the card's thread, and a direct message to each of ``people``."""
+    reply(client, approval, cards.build_reminder_message(approval, round_, of), "Reminder")
+    for person in people:
+        client.chat_postMessage(
+            channel=person,
+            text=f"{approval.tool_name} waits for your decision",
+            blocks=cards.build_reminder_dm(approval),
+        )
+
+
+def escalate(client: WebClient, approval: Approval, channels: list[str], groups: list[str]) -> None:
+    """Post the card to each escalation channel (or, with none, call the groups in its thread)."""
+    notice = cards.build_escalation_notice(approval, groups)
+    for channel in channels:
+        client.chat_postMessage(
+            channel=channel,
+            text=f"Escalated: {cards.build_card_text(approval)}",
+            blocks=notice + cards.build_card(approval),
+        )
+    if not channels:
+        reply(client, approval, notice, "Escalated")
+    update_card(client, approval)  # the first card shows that it was escalated
+
+
 def warn_expiry(client: WebClient, approval: Approval) -> None:
     """Remind the card's thread that the request expires soon."""
     reply(client, approval, cards.build_warning_message(approval), "This request expires soon")

@@ -17,7 +17,8 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:webhook:<msg>   string  a webhook body, the same bytes on every retry (TTL)
     approvals:webhook-failing hash    receiver URL -> when it began failing (until it answers)
     approvals:receipt:<jti>   string  a receipt already presented (``check_not_replayed``, TTL)
-    approvals:deadlines       zset    "expire:<id>" and "warn:<id>", scored by when they are due
+    approvals:deadlines       zset    "expire:<id>", "warn:<id>", "remind:<id>", "escalate:<id>",
+                                      scored by when they are due
     approvals:seen:<sig>      string  a Slack request signature already accepted (TTL)
     approvals:run:<run_id>    stream  wakes a run's waiters: "paused" again after a resume, "ended"
     approvals:run:<run_id>:pauses list  the run's pause ids, in order (TTL)
@@ -28,15 +29,18 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:ended           zset    ended runs whose outcome is not archived yet, by when
     approvals:metrics         hash    counters and histogram buckets behind ``/metrics``
     approvals:lock:retention  string  held by the worker sweeping retention (TTL)
+    approvals:grant:<id>      hash    record (JSON), expires_at, uses, revoked_at, revoked_by
+    approvals:grants          zset    grant ids, scored by creation time
+    approvals:grants:tool:<name> zset grant ids for one tool (what a gated call looks at)
+    approvals:answer:<id>     stream  wakes the caller waiting on an external approval (TTL)
+    approvals:tokens          hash    API token digest (SHA-256) -> its record (JSON)
+    approvals:idem:<agent>:<digest> string the approval an idempotency key created (TTL)
+    approvals:rate:<token>:<minute> string requests a token made in that minute (TTL)
 
 Audit entries are chained: each carries the hash of the one before it, and is appended by a
 compare-and-append (the list must still have the length the hash was read at), so entries
 written at the same moment by the bot and a worker still form one chain. An entry that is a
 state change is put in the ``events`` outbox in the same step, so a webhook is never lost.
-    approvals:answer:<id>     stream  wakes the caller waiting on an external approval (TTL)
-    approvals:tokens          hash    API token digest (SHA-256) -> its record (JSON)
-    approvals:idem:<agent>:<digest> string the approval an idempotency key created (TTL)
-    approvals:rate:<token>:<minute> string requests a token made in that minute (TTL)
 
 The history lives apart from the hash so that listing and deciding never read it. Status
 changes go through ``transition``, a Lua compare-and-set: it checks the current status against
@@ -145,6 +149,7 @@ STATE_EVENTS = frozenset(
         "interrupted",
     }
 )
+GRANTS_KEY = PREFIX + "grants"
 
 
 def approval_key(approval_id: str) -> str:
@@ -256,6 +261,8 @@ _DRIVER_INFO = DriverInfo(lib_version=redis.__version__)
 FINISHED_LUA = """
 local function finished(key, status)
   if status == 'completed' or status == 'paused' or status == 'failed' then return true end
+  -- Decided by a rule or a grant: carried out in the agent's process, nothing follows here.
+  if redis.call('HGET', key, 'automatic') == '1' then return true end
   if status ~= 'rejected' and status ~= 'expired' then return false end
   local ok, record = pcall(cjson.decode, redis.call('HGET', key, 'record') or '')
   return ok and type(record) == 'table' and type(record['policy']) == 'table'
@@ -273,7 +280,8 @@ local function leave_pending(current)
     redis.call('ZREM', KEYS[2], ARGV[1])
     redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
     redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(RECENT_KEPT + 1))
-    redis.call('ZREM', KEYS[5], 'expire:' .. ARGV[1], 'warn:' .. ARGV[1])
+    redis.call('ZREM', KEYS[5], 'expire:' .. ARGV[1], 'warn:' .. ARGV[1],
+               'remind:' .. ARGV[1], 'escalate:' .. ARGV[1])
   end
 end
 local function track_running(current, target)
@@ -569,7 +577,10 @@ def recover(conn: redis.Redis, approval_id: str) -> str:
 
 
 def create(
-    conn: redis.Redis, approval: Approval, history: list[dict[str, Any]], run_ttl: int = 0
+    conn: redis.Redis,
+    approval: Approval,
+    history: list[dict[str, Any]],
+    run_ttl: int | None = 0,
 ) -> Any:
     """Queue the writes that create a pending approval on a transactional pipeline.
 
@@ -598,8 +609,143 @@ def create(
     pipe.rpush(EVENTS_KEY, _outbox_entry(approval.id, first, line))
     if approval.run_id is not None:
         pipe.rpush(run_pauses_key(approval.run_id), approval.id)
-        pipe.expire(run_pauses_key(approval.run_id), max(run_ttl, 1))
+        if run_ttl is None:  # it waits indefinitely, and so may its run's waiters
+            pipe.persist(run_pauses_key(approval.run_id))
+        else:
+            pipe.expire(run_pauses_key(approval.run_id), max(run_ttl, 1))
     return pipe
+
+
+# KEYS: approval hash, decided zset, audit list. ARGV: id, now, record, status, decision,
+# actor, then audit lines.
+_AUTOMATIC_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'record', ARGV[3], 'status', ARGV[4], 'decided_status', ARGV[4],
+           'decision', ARGV[5], 'decided_by', ARGV[6], 'automatic', '1')
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(RECENT_KEPT + 1))
+redis.call('ZADD', KEYS[5], ARGV[2], ARGV[1])
+local count = tonumber(ARGV[7])
+for i = 8, 7 + count do redis.call('RPUSH', KEYS[3], ARGV[i]) end
+for i = 8 + count, #ARGV do redis.call('RPUSH', KEYS[4], ARGV[i]) end
+return 1
+""".replace("RECENT_KEPT", "200")
+
+
+def record_automatic(
+    conn: redis.Redis, approval: Approval, target: Status, decision: str, events: list[str]
+) -> bool:
+    """Write an approval decided the moment it was asked for (by a rule or a grant), at once.
+
+    One step creates the record already ``target`` with its ``decision`` (JSON) and audit
+    lines (``audit_entry``, chained as every trail is, with their webhook events), lists it
+    among the recent decisions, and notes it finished for retention; no card, deadline or
+    resume job is written, because the agent's process carries the decision out itself.
+    False when the id exists already (nothing was written).
+    """
+    assert target in TRANSITIONS[Status.PENDING], "an automatic decision leaves pending"
+    record = json.dumps(approval.record(), separators=(",", ":"))
+    actor = approval.decision.actor if approval.decision else "system"
+    lines, outbox, prev = [], [], GENESIS
+    for event in events:
+        entry = json.loads(event)
+        entry["prev"] = prev
+        line = json.dumps(entry, ensure_ascii=False)
+        lines.append(line)
+        message = _outbox_entry(approval.id, entry, line)
+        if message:
+            outbox.append(message)
+        prev = entry_hash(line)
+    args = [approval.id, repr(time.time()), record, target.value, decision, actor]
+    args += [str(len(lines)), *lines, *outbox]
+    keys = [approval_key(approval.id), DECIDED_KEY, audit_key(approval.id), EVENTS_KEY]
+    keys.append(FINISHED_KEY)
+    return bool(eval_script(conn, _AUTOMATIC_LUA, keys, args))
+
+
+def grant_key(grant_id: str) -> str:
+    return f"{PREFIX}grant:{grant_id}"
+
+
+def grants_tool_key(tool_name: str) -> str:
+    return f"{PREFIX}grants:tool:{tool_name}"
+
+
+def save_grant(
+    conn: redis.Redis,
+    grant_id: str,
+    record: str,
+    tool_name: str,
+    created_at: float,
+    expires_at: float | None,
+) -> None:
+    """Store a new grant (``record``: JSON) and index it, in one transaction."""
+    pipe = conn.pipeline(transaction=True)
+    pipe.hset(
+        grant_key(grant_id),
+        mapping={"record": record, "uses": "0", "expires_at": repr(expires_at or 0.0)},
+    )
+    if expires_at:
+        # A day past its end it is gone; until then lists show it as expired.
+        pipe.expireat(grant_key(grant_id), int(expires_at) + 24 * 3600)
+    pipe.zadd(GRANTS_KEY, {grant_id: created_at})
+    pipe.zadd(grants_tool_key(tool_name), {grant_id: created_at})
+    pipe.execute()
+
+
+def grant_ids(conn: redis.Redis, tool_name: str | None = None) -> list[str]:
+    """Grant ids, newest first: all of them, or one tool's."""
+    key = GRANTS_KEY if tool_name is None else grants_tool_key(tool_name)
+    return [_text(i) for i in cast(list[bytes], conn.zrevrange(key, 0, -1))]
+
+
+def load_grants(conn: redis.Redis, ids: list[str]) -> list[tuple[str, dict[str, str]]]:
+    """The stored hashes of these grants, in one round trip (missing ones left out)."""
+    pipe = conn.pipeline(transaction=False)
+    for grant_id in ids:
+        pipe.hgetall(grant_key(grant_id))
+    found = []
+    for grant_id, raw in zip(ids, pipe.execute(), strict=True):
+        if raw:
+            found.append((grant_id, {_text(k): _text(v) for k, v in raw.items()}))
+    return found
+
+
+def forget_grants(conn: redis.Redis, tool_name: str, ids: list[str]) -> None:
+    """Drop ids whose grant is gone (expired past keeping) from the indexes."""
+    if ids:
+        conn.zrem(GRANTS_KEY, *ids)
+        conn.zrem(grants_tool_key(tool_name), *ids)
+
+
+# KEYS: grant hash. ARGV: now. Takes one use of a live grant; 0 when revoked, expired or gone.
+_USE_GRANT_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[1], 'revoked_at') == 1 then return 0 end
+local ends = tonumber(redis.call('HGET', KEYS[1], 'expires_at') or '0')
+if ends > 0 and ends <= tonumber(ARGV[1]) then return 0 end
+return redis.call('HINCRBY', KEYS[1], 'uses', 1)
+"""
+
+
+def use_grant(conn: redis.Redis, grant_id: str, now: float) -> int:
+    """Take one use of a grant, atomically: its new use count, or 0 when it is not live."""
+    return int(eval_script(conn, _USE_GRANT_LUA, [grant_key(grant_id)], [repr(now)]))
+
+
+# KEYS: grant hash. ARGV: now, actor. 1: revoked now; 0: already revoked or gone.
+_REVOKE_GRANT_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('HSETNX', KEYS[1], 'revoked_at', ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'revoked_by', ARGV[2])
+return 1
+"""
+
+
+def revoke_grant(conn: redis.Redis, grant_id: str, actor: str) -> int:
+    """Revoke a grant once: 1 revoked now, 0 revoked already, -1 no such grant."""
+    keys = [grant_key(grant_id)]
+    return int(eval_script(conn, _REVOKE_GRANT_LUA, keys, [repr(time.time()), actor]))
 
 
 def run_pauses(conn: redis.Redis, run_id: str) -> list[str]:
@@ -760,7 +906,7 @@ def _from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
             decision=_json(fields.get("decision")),
             result=_json(fields.get("result")),
             votes=_json(fields.get("votes")),
-            marks={k: _text(fields.get(k)) for k in ("tool_started", "tool_finished")},
+            marks={k: _text(fields.get(k)) for k in ("tool_started", "tool_finished", "escalated")},
         )
     except UnicodeDecodeError:
         raise CorruptRecord(f"approval {approval_id} is not valid UTF-8") from None
@@ -974,7 +1120,7 @@ def release(conn: redis.Redis, approval_id: str, flag: str) -> None:
 
 
 def add_deadline(target: Any, kind: str, approval_id: str, due: float) -> None:
-    """Remember that ``kind`` ("expire" or "warn") is due for the approval at ``due``.
+    """Remember that ``kind`` (expire, warn, remind, escalate) is due for an approval at ``due``.
 
     ``target`` is a client or a pipeline (the pause writes it in its own transaction).
     """

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from approvals.cards import person
 from approvals.errors import (
     AlreadyDecided,
@@ -12,6 +14,18 @@ from approvals.errors import (
     NotAllowed,
     UnknownApproval,
 )
+from approvals.review import BulkOutcome
+
+
+def bulk_summary(results: Sequence[BulkOutcome], verb: str) -> str:
+    """What a decision in bulk did: which were decided, and which were refused and why."""
+    done = [r.approval_id for r in results if r.approval is not None]
+    refused = [r for r in results if r.approval is None]
+    lines = [f"{verb} {len(done)}: " + ", ".join(f"`{i}`" for i in done)] if done else []
+    if refused:
+        lines.append(f"Refused {len(refused)}:")
+        lines += [f"• `{r.approval_id}`: {r.refused}" for r in refused]
+    return "\n".join(lines) or "Nothing was decided."
 
 
 def explain(error: ApprovalsError) -> str:

@@ -221,6 +221,7 @@ def test_the_policy_is_stored_as_plain_json():
         "editable": ["path"],
         "reason_required": False,
         "on_reject": "stop",
+        "grantable": True,
     }
 
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import redis
 from slack_sdk import WebClient
 
-from approvals import agent, outcomes, queue, receipts, review, slack, store
+from approvals import agent, outcomes, queue, receipts, reminders, review, slack, store
 from approvals.config import Settings
 from approvals.errors import ResumeError, ToolAlreadyStarted
 from approvals.logs import bind_approval
@@ -136,6 +136,60 @@ def warn_expiry(approval_id: str) -> None:
     if approval.status is Status.PENDING and store.claim(_conn(), approval_id, "warned"):
         slack.warn_expiry(_client(), approval)
         store.audit(_conn(), approval_id, "expiry_warned", "system")
+
+
+@_about_approval
+def remind_approvers(approval_id: str) -> None:
+    """Remind the thread and each approver of a request still waiting; schedule the next."""
+    conn, settings = _conn(), _settings()
+    approval = store.load(conn, approval_id)
+    round_ = reminders.due_round(approval, time.time())
+    if approval.status is not Status.PENDING or round_ < 1:
+        return
+    following = reminders.next_reminder_at(approval, round_)
+    if following is not None:  # first, so a failed post does not end the reminders
+        store.add_deadline(conn, queue.REMIND_DEADLINE, approval_id, following)
+    if not store.claim(conn, approval_id, f"reminded_{round_}"):
+        return
+    client = _client()
+    people = reminders.approvers_to_remind(
+        settings, approval, lambda group: slack.group_members(client, conn, group)
+    )
+    slack.remind(client, approval, people, round_, reminders.MAX_REMINDERS)
+    store.audit(conn, approval_id, "reminded", "system", round=round_, people=people)
+
+
+@_about_approval
+def escalate_approval(approval_id: str) -> None:
+    """Post a request nobody decided to ``escalate_to``, once; its groups may then decide."""
+    conn = _conn()
+    approval = store.load(conn, approval_id)
+    if approval.status is not Status.PENDING or not approval.escalate_to:
+        return
+    if not store.claim(conn, approval_id, "escalated"):
+        return
+    approval = store.load(conn, approval_id)  # with its escalation time, for the cards
+    channels = reminders.escalation_channels(approval)
+    try:
+        slack.escalate(_client(), approval, channels, reminders.escalation_groups(approval))
+    except Exception:
+        # Slack refused or was away: try again shortly, as a deadline like the first.
+        store.release(conn, approval_id, "escalated")
+        store.add_deadline(conn, queue.ESCALATE_DEADLINE, approval_id, time.time() + 30)
+        raise
+    store.audit(conn, approval_id, "escalated", "system", to=list(approval.escalate_to))
+
+
+@_about_approval
+def announce_grant_use(approval_id: str) -> None:
+    """Post the compact line for a call a grant let through (once, whatever RQ retries)."""
+    approval = store.load(_conn(), approval_id)
+    if store.claim(_conn(), approval_id, "grant_line_posted"):
+        try:
+            slack.post_grant_use(_client(), approval)
+        except Exception:
+            store.release(_conn(), approval_id, "grant_line_posted")  # RQ retries it
+            raise
 
 
 @_about_approval

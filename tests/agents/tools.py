@@ -117,3 +117,17 @@ async def fetch_page(url: str) -> str:
     """Fetch a page (a free coroutine tool)."""
     _record("fetch_page", url=url)
     return f"<html>{url}</html>"
+
+
+@requires_approval(grantable=False, summary="Wipe {device}")
+def wipe_disk(device: str) -> str:
+    """Wipe a disk (its gate allows no grants: every call is asked about)."""
+    _record("wipe_disk", device=device)
+    return f"wiped {device}"
+
+
+@requires_approval(expires_in=None, summary="Archive {bucket}")
+def archive_bucket(bucket: str) -> str:
+    """Archive a bucket (its approval waits indefinitely: it never expires)."""
+    _record("archive_bucket", bucket=bucket)
+    return f"archived {bucket}"

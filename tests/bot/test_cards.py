@@ -154,7 +154,7 @@ def test_pending_card_has_one_actions_block_with_four_buttons():
     approval = make_approval()
     actions = _of_type(build_card(approval), "actions")
     assert len(actions) == 1
-    buttons = actions[0]["elements"]
+    buttons = [e for e in actions[0]["elements"] if e["type"] == "button"]  # beside: the scope menu
     assert [b["text"]["text"] for b in buttons] == ["Approve", "Reject", "Edit", "Respond"]
     assert {b["value"] for b in buttons} == {approval.id}
     assert [b["action_id"] for b in buttons] == [
@@ -168,7 +168,8 @@ def test_pending_card_has_one_actions_block_with_four_buttons():
 
 def test_approve_button_asks_for_confirmation():
     """Approve needs a second click that names the tool; Reject and Edit open modals instead."""
-    buttons = _of_type(build_card(make_approval()), "actions")[0]["elements"]
+    elements = _of_type(build_card(make_approval()), "actions")[0]["elements"]
+    buttons = [e for e in elements if e["type"] == "button"]
     assert "delete_path" in buttons[0]["confirm"]["text"]["text"]
     assert buttons[0]["style"] == "primary"
     assert buttons[1]["style"] == "danger"
@@ -232,7 +233,7 @@ def test_failed_card_shows_the_error():
 
 def _buttons(approval):
     (actions,) = _of_type(build_card(approval), "actions")
-    return [b["text"]["text"] for b in actions["elements"]]
+    return [b["text"]["text"] for b in actions["elements"] if b["type"] == "button"]
 
 
 def _fields(approval):

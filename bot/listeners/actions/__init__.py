@@ -2,30 +2,42 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 from typing import Any
 
 from slack_bolt import Ack, App, Respond
 from slack_sdk import WebClient
 
-from approvals import slack
+from approvals import grants, slack
 from approvals.cards import (
     APPROVE_ACTION,
+    APPROVE_SCOPE_ACTION,
     EDIT_ACTION,
     REJECT_ACTION,
     RESPOND_ACTION,
     RETRY_ACTION,
+    REVOKE_GRANT_ACTION,
     build_retry_message,
+    parse_scope_value,
 )
 from approvals.errors import ApprovalsError
 from approvals.models import DecisionKind, Status
-from approvals.review import decide, precheck, retry
+from approvals.review import decide, decide_many, precheck, retry
 from bot.listeners.ack import acknowledge
 from bot.listeners.commands import answer_pending
+from bot.listeners.events import publish_home
 from bot.listeners.payload import actor
 from bot.modals import build_edit_modal, build_reject_modal, build_respond_modal
-from bot.pending import NEXT_PAGE_ACTION
-from bot.replies import explain
+from bot.pending import (
+    BULK_APPROVE_ACTION,
+    BULK_PICK_ACTION,
+    BULK_REJECT_ACTION,
+    NEXT_PAGE_ACTION,
+    selected_ids,
+)
+from bot.replies import bulk_summary, explain
 from bot.runtime import runtime_of
 
 _MODALS = {
@@ -43,6 +55,12 @@ def register(app: App) -> None:
         app.action(action)(handle_open_modal)
     app.action(NEXT_PAGE_ACTION)(ack=acknowledge, lazy=[handle_next_page])
     app.action(RETRY_ACTION)(ack=acknowledge, lazy=[handle_retry])
+    app.action(APPROVE_SCOPE_ACTION)(ack=acknowledge, lazy=[handle_approve_scope])
+    app.action(REVOKE_GRANT_ACTION)(ack=acknowledge, lazy=[handle_revoke_grant])
+    # Ticking a box decides nothing; the buttons read the boxes from the payload's state.
+    app.action(re.compile(f"^{BULK_PICK_ACTION}-"))(acknowledge)
+    for action in (BULK_APPROVE_ACTION, BULK_REJECT_ACTION):
+        app.action(action)(ack=acknowledge, lazy=[handle_bulk])
 
 
 def _clicked(body: dict[str, Any]) -> tuple[str, str, str | None] | None:
@@ -88,6 +106,75 @@ def handle_approve(
     container = body.get("container")
     if isinstance(container, dict) and container.get("is_ephemeral"):
         _tell(respond, f"Approved `{approval.tool_name}` ({approval.id}).")
+
+
+def handle_approve_scope(
+    body: dict[str, Any], context: dict[str, Any], client: WebClient, respond: Respond
+) -> None:
+    """Approve from the scope menu: the call, and a grant for what the scope covers."""
+    runtime = runtime_of(context)
+    sender, option = actor(body), body["actions"][0].get("selected_option")
+    value = option.get("value") if isinstance(option, dict) else None
+    chosen = parse_scope_value(value) if isinstance(value, str) else None
+    if sender is None or chosen is None:
+        return
+    (user, name), (approval_id, scope) = sender, chosen
+    try:
+        approval, grant = grants.approve_with_scope(
+            runtime.conn, runtime.settings, approval_id, scope, user,
+            actor_name=name, members_of=runtime.members_of,
+        )  # fmt: skip
+    except ApprovalsError as exc:
+        _tell(respond, explain(exc))
+        return
+    slack.announce_decision(client, runtime.conn, approval)
+    if grant is not None:
+        _tell(respond, f"Approved, and granted: {grant.scope.label} (`{grant.id}`).")
+
+
+def handle_bulk(
+    body: dict[str, Any], context: dict[str, Any], client: WebClient, respond: Respond
+) -> None:
+    """Approve or reject every ticked approval, each on its own; say what was refused."""
+    runtime = runtime_of(context)
+    sender = actor(body)
+    if sender is None:
+        return
+    user, name = sender
+    view = body.get("view")
+    state = view.get("state") if isinstance(view, dict) else body.get("state")
+    picked = selected_ids(state)
+    approve = body["actions"][0].get("action_id") == BULK_APPROVE_ACTION
+    kind = DecisionKind.APPROVE if approve else DecisionKind.REJECT
+    if not picked:
+        _tell(respond, "Tick the requests to decide first.")
+        return
+    results = decide_many(
+        runtime.conn, runtime.settings, picked, kind, user,
+        actor_name=name, members_of=runtime.members_of,
+    )  # fmt: skip
+    for result in results:
+        if result.approval is not None:
+            if result.approval.status is Status.PENDING:
+                slack.announce_vote(client, result.approval)
+            else:
+                slack.announce_decision(client, runtime.conn, result.approval)
+    _tell(respond, bulk_summary(results, "Approved" if approve else "Rejected"))
+    if isinstance(view, dict) and view.get("type") == "home":
+        publish_home(runtime, client, user)
+
+
+def handle_revoke_grant(body: dict[str, Any], context: dict[str, Any], client: WebClient) -> None:
+    """Revoke from the Home tab, then redraw it."""
+    runtime = runtime_of(context)
+    clicked = _clicked(body)
+    if clicked is None:
+        return
+    grant_id, user, _ = clicked
+    # Refused (not theirs, revoked already): the redrawn tab shows where the grant stands.
+    with contextlib.suppress(ApprovalsError):
+        grants.revoke(runtime.conn, runtime.settings, grant_id, user)
+    publish_home(runtime, client, user)
 
 
 def handle_open_modal(

@@ -15,6 +15,8 @@ from bot.pending import PAGE_SIZE, build_pending_list, describe_query
 from bot.runtime import Runtime, runtime_of
 
 PENDING_COMMAND = "/agent-pending"
+#: Recent decisions listed under ``/agent-pending all`` (one block: the page stays within 50).
+RECENT_SHOWN = 8
 
 
 def register(app: App) -> None:
@@ -57,9 +59,11 @@ def answer_pending(
         return
     keep = pending_filter(runtime, user, query)
     page = store.pending_page(runtime.conn, keep, offset, PAGE_SIZE)
+    # "all" also shows what was decided lately, by people, rules, grants or expiry.
+    recent = store.recent_decisions(runtime.conn, RECENT_SHOWN) if query == "all" else []
     respond(
         response_type="ephemeral",
         replace_original=replace,
         text=f"{describe_query(query)}: {len(page.approvals)} shown",
-        blocks=build_pending_list(page, offset, query),
+        blocks=build_pending_list(page, offset, query, recent),
     )

@@ -7,11 +7,11 @@ from typing import Any
 from slack_bolt import App
 from slack_sdk import WebClient
 
-from approvals import store
+from approvals import grants, store
 from bot.listeners.ack import acknowledge
 from bot.listeners.commands import pending_filter
-from bot.pending import HOME_PAGE_SIZE, build_home
-from bot.runtime import runtime_of
+from bot.pending import HOME_GRANTS, HOME_PAGE_SIZE, build_home
+from bot.runtime import Runtime, runtime_of
 
 
 def register(app: App) -> None:
@@ -25,8 +25,13 @@ def handle_app_home_opened(
     user = event.get("user")
     if event.get("tab", "home") != "home" or not (isinstance(user, str) and user):
         return
-    runtime = runtime_of(context)
+    publish_home(runtime_of(context), client, user)
+
+
+def publish_home(runtime: Runtime, client: WebClient, user: str) -> None:
+    """Draw the viewer's Home tab: pending, recent decisions, grants with Revoke."""
     keep = pending_filter(runtime, user, "")
     page = store.pending_page(runtime.conn, keep, 0, HOME_PAGE_SIZE)
     recent = store.recent_decisions(runtime.conn, limit=10)
-    client.views_publish(user_id=user, view=build_home(page, recent))
+    found = grants.list_grants(runtime.conn)[:HOME_GRANTS]
+    client.views_publish(user_id=user, view=build_home(page, recent, found))

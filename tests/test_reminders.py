@@ -1,0 +1,144 @@
+"""Nothing stranded: reminders and escalation as Redis deadlines, on time across restarts and
+removed by the decision; ``expires_in=None`` waits indefinitely."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from approvals import reminders, run_agent, store
+from approvals.config import Settings
+from approvals.gate import gate_from_dict, gate_of, gate_to_dict, requires_approval
+from approvals.models import DecisionKind, Policy, Status
+from approvals.review import decide, refusal
+from tests.agents import tools
+from tests.agents.scripted import calls, say, script
+from tests.conftest import CHANNEL, wait_until
+from tests.e2e import block_text, card_of, click, wait_status
+from tests.factories import make_approval
+from tests.processes import bot_url, start_bot, start_worker, wait_for_workers
+
+TOOLS = [tools.list_files, tools.delete_path, tools.archive_bucket]
+
+
+def _pause(tool: str = "delete_path", **args: object) -> str:
+    prompt = script(calls((tool, args or {"path": "/srv/a"})), say("done"))
+    outcome = run_agent("scripted", prompt, tools=TOOLS, requested_by="UREQ")
+    assert outcome.pause_id is not None
+    return outcome.pause_id
+
+
+def _deadlines(conn) -> set[str]:
+    return {m.decode() for m in conn.zrange(store.DEADLINES_KEY, 0, -1)}
+
+
+def test_reminder_rounds_repeat_at_most_three_times():
+    """Round n is due n intervals after the pause; there is no fourth."""
+    approval = make_approval(remind_after=60.0)
+    start = approval.created_at
+    assert [reminders.due_round(approval, start + t) for t in (59, 60, 130, 185, 999)] == [
+        0, 1, 2, 3, 3,
+    ]  # fmt: skip
+    assert reminders.next_reminder_at(approval, 1) == start + 120
+    assert reminders.next_reminder_at(approval, 3) is None
+    assert reminders.due_round(make_approval(remind_after=0.0), start + 999) == 0
+
+
+def test_escalated_groups_may_decide_and_are_reminded():
+    """Once escalated, the members of escalate_to's user groups may decide too."""
+    settings = Settings(approvers=("UALICE",))
+    members = {"S0SRE": ["UCAROL"]}.get
+    waiting = make_approval(escalate_to=("C0ESC", "S0SRE"), requested_by="UREQ")
+    assert refusal(settings, waiting, "UCAROL", lambda g: members(g, [])) is not None
+    waiting.escalated_at = time.time()
+    assert refusal(settings, waiting, "UCAROL", lambda g: members(g, [])) is None
+    people = reminders.approvers_to_remind(settings, waiting, lambda g: members(g, []))
+    assert people == ["UALICE", "UCAROL"]
+    mine = make_approval(policy=Policy(approvers=("UREQ", "UBOB")), requested_by="UREQ")
+    assert reminders.approvers_to_remind(settings, mine, lambda g: []) == ["UBOB"]
+
+
+def test_gate_options_round_trip_and_are_checked():
+    """remind_after, escalate_after, escalate_to and expires_in=None survive the pause record."""
+
+    @requires_approval(expires_in=None, remind_after=5, escalate_after=9, escalate_to=["S0X"])
+    def tool(x: str) -> str:
+        return x
+
+    gate = gate_of(tool)
+    assert gate is not None and gate.waits_forever and gate.expires_in is None
+    assert gate_from_dict(gate_to_dict(gate)) == gate
+    with pytest.raises(ValueError, match="remind_after"):
+        requires_approval(remind_after=-1)
+
+
+def test_expires_in_none_waits_indefinitely(env, conn):
+    """No expiry deadline and no expiry time; reminders still apply."""
+    pause_id = _pause("archive_bucket", bucket="logs")
+    approval = store.load(conn, pause_id)
+    assert approval.expires_at == 0.0 and approval.remind_after == 3600.0
+    assert _deadlines(conn) == {f"remind:{pause_id}"}
+
+
+def test_the_decision_removes_reminder_and_escalation_deadlines(env, conn, monkeypatch):
+    """All of an approval's deadlines leave with it, in the decision's atomic step."""
+    monkeypatch.setenv("APPROVALS_ESCALATE_AFTER", "600")
+    monkeypatch.setenv("APPROVALS_ESCALATE_TO", "C0ESC")
+    pause_id = _pause()
+    kinds = {m.split(":")[0] for m in _deadlines(conn)}
+    assert kinds == {"expire", "warn", "remind", "escalate"}
+    decide(conn, Settings.from_env(), pause_id, DecisionKind.APPROVE, "UALICE")
+    assert _deadlines(conn) == set()
+
+
+@pytest.mark.service_env(APPROVERS="UALICE,UBOB")
+def test_reminders_and_escalation_fire_on_time_across_a_restart(
+    services, slack, env, conn, tmp_path, monkeypatch
+):
+    """Small intervals through settings: with bot and worker restarted after the pause, the
+    thread and each approver are reminded, the card is escalated to a channel and a user
+    group, and a member of that group decides from the escalated card."""
+    monkeypatch.setenv("APPROVALS_REMIND_AFTER", "6")
+    monkeypatch.setenv("APPROVALS_ESCALATE_AFTER", "7")
+    monkeypatch.setenv("APPROVALS_ESCALATE_TO", "C0ESC,S0SRE")
+    slack.usergroups["S0SRE"] = ["UCAROL"]
+    pause_id = _pause()
+    approval = store.load(conn, pause_id)
+    card = card_of(slack, pause_id)
+    for process in [services.bot, *services.workers]:
+        process.stop()
+    assert time.time() < approval.created_at + 6, "the restart must come before the reminder"
+    restarted = {**env, "APPROVERS": "UALICE,UBOB"}
+    services.workers = [start_worker(restarted, tmp_path / "worker2.log", f"w2-{time.time_ns()}")]
+    services.bot = start_bot(restarted, tmp_path / "bot2.log")
+    services.bot_url = bot_url(services.bot)
+    wait_for_workers(restarted, services.workers, 1)
+
+    wait_until(
+        lambda: [m for m in slack.thread(CHANNEL, card.ts) if "Reminder 1 of 3" in block_text(m)],
+        20,
+        "the first reminder",
+    )
+    (reminded,) = [e for e in store.audit_trail(conn, pause_id) if e["event"] == "reminded"]
+    assert approval.created_at + 6 <= float(reminded["at"]) < approval.created_at + 11  # on time
+    assert reminded["round"] == "1"
+    for user in ("UALICE", "UBOB"):
+        (dm,) = wait_until(lambda u=user: slack.messages(slack.dm_channel(u)), 10, f"DM {user}")
+        assert f"/archives/{CHANNEL}/p{card.ts.replace('.', '')}" in block_text(dm)
+    (escalated,) = wait_until(lambda: slack.messages("C0ESC"), 20, "the escalated card")
+    assert "<!subteam^S0SRE>" in block_text(escalated)
+    first = wait_until(
+        lambda: [m for m in slack.messages(CHANNEL) if m.ts == card.ts and "Escalated" in
+                 block_text(m)],
+        10,
+        "the first card showing the escalation",
+    )  # fmt: skip
+    assert "C0ESC" in block_text(first[0])
+    assert store.load(conn, pause_id).escalated_at is not None
+
+    status, _ = click(slack, services.bot_url, "approve", pause_id, "UCAROL", escalated.ts)
+    assert status == 200
+    decided = wait_status(conn, pause_id, Status.APPROVED, Status.RUNNING, Status.COMPLETED)
+    assert decided.decision is not None and decided.decision.actor == "UCAROL"
+    assert not [m for m in _deadlines(conn) if m.endswith(pause_id)]
