@@ -185,3 +185,15 @@ def test_a_gates_own_webhook_receives_its_events(env, conn):
     finally:
         receiver.server.shutdown()
         receiver.server.server_close()
+
+
+def test_an_escalation_reaches_the_webhooks_as_approval_escalated(env, conn):
+    """The escalation job audits "escalated"; the outbox turns it into its contract type."""
+    approval = make_approval(id="esc1")
+    store.create(conn, approval, []).execute()
+    store.audit(conn, approval.id, "escalated", "system", to=["C0ESC"])
+    events = [json.loads(raw) for raw in conn.lrange(store.EVENTS_KEY, 0, -1)]
+    escalated = [e for e in events if e["event"] == "escalated"]
+    assert len(escalated) == 1
+    body = webhooks.body_of(conn, escalated[0])
+    assert body["type"] == "approval.escalated" and body["data"]["id"] == "esc1"
