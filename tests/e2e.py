@@ -288,3 +288,20 @@ def replace_worker(services: Any, env: dict[str, str], log: Any) -> None:
 
     services.workers = [start_worker(env, log, f"w2-{time.time_ns()}")]
     wait_for_workers(env, services.workers, 1)
+
+
+#: Keys the workers keep up to date on their own, whatever a request does: the metrics'
+#: counters, retention's indexes and lock, the webhooks' outbox. A "changes nothing" check
+#: leaves them out.
+BOOKKEEPING = frozenset(
+    key.encode()
+    for key in (
+        store.METRICS_KEY,
+        store.ENDED_KEY,
+        store.FINISHED_KEY,
+        store.FINISHED_HISTORY_KEY,
+        store.RETENTION_LOCK_KEY,
+        store.EVENTS_KEY,
+        store.EVENTS_TAKING_KEY,
+    )
+)

@@ -120,7 +120,11 @@ def test_reminders_and_escalation_fire_on_time_across_a_restart(
         20,
         "the first reminder",
     )
-    (reminded,) = [e for e in store.audit_trail(conn, pause_id) if e["event"] == "reminded"]
+    (reminded,) = wait_until(  # audited just after the reply is posted
+        lambda: [e for e in store.audit_trail(conn, pause_id) if e["event"] == "reminded"],
+        10,
+        "the reminder audited",
+    )
     assert approval.created_at + 6 <= float(reminded["at"]) < approval.created_at + 11  # on time
     assert reminded["round"] == "1"
     for user in ("UALICE", "UBOB"):

@@ -36,7 +36,16 @@ from bot.server import MAX_BODY_BYTES
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, move_file
 from tests.conftest import SIGNING_SECRET
-from tests.e2e import card_of, click, select, settled, submit_edit, tool_runs, wait_status
+from tests.e2e import (
+    BOOKKEEPING,
+    card_of,
+    click,
+    select,
+    settled,
+    submit_edit,
+    tool_runs,
+    wait_status,
+)
 from tests.factories import make_decided
 from tests.slack_requests import (
     FORM,
@@ -126,6 +135,7 @@ def _state(conn) -> tuple[dict[bytes, bytes], list[bytes]]:
     """Every approvals key (DUMP) but the replay guard's signatures, and RQ's job keys."""
     seen = store.seen_key("").encode()
     keys = [k for k in sorted(conn.keys("approvals:*")) if not k.startswith(seen)]
+    keys = [k for k in keys if k not in BOOKKEEPING]
     return {k: conn.dump(k) for k in keys}, sorted(conn.keys(RQ_JOBS))
 
 

@@ -240,11 +240,45 @@ def _element(element: Any, block_id: str, ctx: TextContext) -> str:
     try:
         if kind == "button":
             return _button(element, block_id, ctx)
+        if kind == "static_select":
+            return _action_select(element, block_id, ctx)
+        if kind == "checkboxes":
+            return _checkboxes(element, block_id, ctx)
         if kind == "image":
             return _image_tag(element, "bk-accessory-image")
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         return raw_json(element, f"could not render this {kind} ({type(exc).__name__})")
     return raw_json(element, f"unsupported element type {kind!r}")
+
+
+def _element_attrs(element: Block, block_id: str) -> str:
+    return (
+        f'data-action-id="{_attr(element.get("action_id", ""))}" data-block-id="{_attr(block_id)}"'
+    )
+
+
+def _action_select(element: Block, block_id: str, ctx: TextContext) -> str:
+    """A select in a message: choosing an option sends a ``block_actions`` at once, as Slack."""
+    placeholder = element.get("placeholder")
+    label = html.escape(str(placeholder["text"])) if isinstance(placeholder, dict) else "Choose"
+    options = [f'<option value="" selected disabled>{label}</option>']
+    for option in element["options"]:
+        text = html.escape(str(option["text"]["text"]))
+        options.append(f'<option value="{_attr(option["value"])}">{text}</option>')
+    attrs = _element_attrs(element, block_id)
+    return f'<select class="bk-select" data-action-select {attrs}>{"".join(options)}</select>'
+
+
+def _checkboxes(element: Block, block_id: str, ctx: TextContext) -> str:
+    """Checkboxes in a message: ticking sends nothing; a button of the same message sends
+    what is ticked as the payload's ``state``, as Slack does."""
+    attrs = _element_attrs(element, block_id)
+    boxes = [
+        f'<label class="bk-checkbox"><input type="checkbox" data-checkbox {attrs} '
+        f'value="{_attr(option["value"])}"> {text_object(option["text"], ctx)}</label>'
+        for option in element["options"]
+    ]
+    return f'<span class="bk-checkboxes">{"".join(boxes)}</span>'
 
 
 def _button(element: Block, block_id: str, ctx: TextContext) -> str:

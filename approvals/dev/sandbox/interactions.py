@@ -61,10 +61,31 @@ class BotLink:
             return self.workspace.socket_mode.connections > 0
         return self.bot_url is not None
 
-    def click(self, user: str, container: dict[str, Any], action: dict[str, Any]) -> Outcome:
-        """A button click on a message, an ephemeral message, a modal or the Home tab."""
+    def click(
+        self,
+        user: str,
+        container: dict[str, Any],
+        action: dict[str, Any],
+        state: dict[str, Any] | None = None,
+    ) -> Outcome:
+        """A button click (or a choice in a select) on a message, an ephemeral message, a modal
+        or the Home tab; ``state`` is what the container's checkboxes hold."""
         try:
             payload = self._click_payload(user, container, action)
+            chosen = action.get("selected_option")
+            if isinstance(chosen, dict):
+                payload["actions"][0] = {
+                    "type": "static_select",
+                    "action_id": payload["actions"][0]["action_id"],
+                    "block_id": payload["actions"][0]["block_id"],
+                    "selected_option": {
+                        "text": {"type": "plain_text", "text": str(chosen.get("text", ""))},
+                        "value": str(chosen.get("value", "")),
+                    },
+                    "action_ts": payload["actions"][0]["action_ts"],
+                }
+            if isinstance(state, dict):
+                payload["state"] = {"values": state}
         except (KeyError, ValueError, TypeError) as exc:
             return Outcome(False, f"that is gone: {exc}")
         return self._send_interaction(payload)

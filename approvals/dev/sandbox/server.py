@@ -66,7 +66,9 @@ class Sandbox:
         self.workspace.pages = self._route
         self.link = BotLink(self.workspace, self.signing_secret, socket_mode=socket_mode)
         self._actions: dict[str, Action] = {
-            "/sandbox/click": lambda user, b: self.link.click(user, b["container"], b["action"]),
+            "/sandbox/click": lambda user, b: self.link.click(
+                user, b["container"], b["action"], b.get("state")
+            ),
             "/sandbox/submit": lambda user, b: self.link.submit(user, b.get("values") or {}),
             "/sandbox/close": self._close,
             "/sandbox/send": self._send,

@@ -127,7 +127,25 @@ function containerOf(element) {
   return { type: "view", view_id: holder.dataset.viewId };
 }
 
-async function sendClick(button) {
+// What is ticked in the checkboxes beside an element, as Slack's state.values.
+function ticked(element) {
+  const holder = element.closest("[data-container]") || document;
+  const values = {};
+  for (const box of holder.querySelectorAll("input[data-checkbox]")) {
+    const block = (values[box.dataset.blockId] = values[box.dataset.blockId] || {});
+    const state = (block[box.dataset.actionId] = block[box.dataset.actionId] || {
+      type: "checkboxes",
+      selected_options: [],
+    });
+    if (box.checked) {
+      const text = box.parentElement.textContent.trim();
+      state.selected_options.push({ text: { type: "mrkdwn", text }, value: box.value });
+    }
+  }
+  return values;
+}
+
+async function sendClick(button, chosen) {
   const container = containerOf(button);
   if (!container) return;
   if (button.dataset.url) window.open(button.dataset.url, "_blank", "noopener");
@@ -135,16 +153,25 @@ async function sendClick(button) {
   button.classList.add("busy");
   await post("/sandbox/click", {
     container,
+    state: ticked(button),
     action: {
       action_id: button.dataset.actionId,
       block_id: button.dataset.blockId,
-      value: button.dataset.value,
-      text: button.textContent,
+      value: chosen ? chosen.value : button.dataset.value,
+      text: chosen ? chosen.text : button.textContent,
+      selected_option: chosen || null,
     },
   });
   button.disabled = false;
   button.classList.remove("busy");
 }
+
+document.addEventListener("change", (event) => {
+  const select = event.target.closest("select[data-action-select]");
+  if (!select || !select.value) return;
+  const option = select.selectedOptions[0];
+  sendClick(select, { value: option.value, text: option.text });
+});
 
 // view.state.values as Slack sends it: an empty input is null, a select sends its option.
 function inputState(input) {
