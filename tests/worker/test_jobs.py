@@ -19,7 +19,7 @@ from approvals.review import decide
 from approvals.store import load
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
-from tests.e2e import CHANNEL, block_text, card_showing, tool_runs
+from tests.e2e import CHANNEL, block_text, card_showing, reply_containing, tool_runs
 from tests.processes import ROOT, approvals_command, start_worker, wait_for_workers, wait_until
 
 COMPLETED = ":checkered_flag: Completed"
@@ -72,6 +72,7 @@ def _shows_its_result_once(slack, conn: redis.Redis, approval_id: str) -> None:
     assert approval.status is Status.COMPLETED
     assert approval.card_ts is not None
     card_showing(slack, approval.card_ts, COMPLETED)
+    reply_containing(slack, approval.card_ts, "done with")  # posted just after the redraw
     replies = [m for m in slack.thread(CHANNEL, approval.card_ts) if "done with" in block_text(m)]
     assert len(replies) == 1, approval_id
 
