@@ -18,7 +18,7 @@ from approvals.models import DecisionKind
 from approvals.review import decide
 from approvals.tokens import create_token
 from bench.harness import Phase
-from tests.processes import Process, approvals_command, wait_until
+from tests.processes import start_api, wait_until
 
 
 @dataclass
@@ -33,7 +33,7 @@ def run_api_wait(phase: Phase, callers: int) -> Waits:
     """``callers`` approvals, each with a caller waiting; decided one after another, each once
     the previous caller has its answer (people decide one card at a time: the figure is one
     decision's latency while all the others still wait, not how fast a burst drains)."""
-    api, url = _start_api(phase)
+    api, url = start_api(phase.env, phase.folder / "api.log")
     try:
         _, token = create_token(phase.conn, "bench")
         request = ExternalRequest("bench_tool", {"n": 1}, "bench")
@@ -103,25 +103,3 @@ def _handoff(conn: redis.Redis, count: int) -> list[float]:
         samples.append((got[0] - sent) * 1000)
         conn.delete(key)
     return samples
-
-
-def _start_api(phase: Phase) -> tuple[Process, str]:
-    args = approvals_command("api", "--host", "127.0.0.1", "--port", "0")
-    api = Process(args, phase.env, phase.folder / "api.log")
-
-    def listening() -> str | None:
-        for line in api.output().splitlines():
-            if "listening on " in line:
-                return line.split("listening on ", 1)[1].strip()
-        return None
-
-    url = wait_until(listening, 30, "the API to listen")
-    wait_until(lambda: _answers(url), 30, "the API to answer")
-    return api, url
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url + "/v1/openapi.json", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False

@@ -158,15 +158,38 @@ def start_bot(
 
 
 def bot_url(bot: Process) -> str:
+    return listening_url(bot, "the bot")
+
+
+def listening_url(process: Process, what: str) -> str:
+    """The URL a service printed as ``... listening on <url>``, once it did."""
+
     def listening() -> str | None:
-        if bot.popen.poll() is not None:
-            raise AssertionError(f"the bot exited:\n{bot.output()}")
-        for line in bot.output().splitlines():
+        if process.popen.poll() is not None:
+            raise AssertionError(f"{what} exited:\n{process.output()}")
+        for line in process.output().splitlines():
             if "listening on " in line:
                 return line.split("listening on ", 1)[1].strip()
         return None
 
-    return wait_until(listening, 30, "the bot to listen")
+    return wait_until(listening, 30, f"{what} to listen")
+
+
+def start_api(env: dict[str, str], log: Path) -> tuple[Process, str]:
+    """``approvals api`` on a free port; returns it and its URL once it answers."""
+    import httpx
+
+    api = Process(approvals_command("api", "--host", "127.0.0.1", "--port", "0"), env, log)
+    url = listening_url(api, "the API")
+
+    def answers() -> bool:
+        try:
+            return httpx.get(url + "/v1/openapi.json", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(answers, 30, "the API to answer")
+    return api, url
 
 
 def start_worker(env: dict[str, str], log: Path, name: str) -> Process:

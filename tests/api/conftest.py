@@ -9,9 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import httpx
 import pytest
 import redis
 
@@ -20,12 +18,11 @@ from approvals.tokens import create_token
 from tests.conftest import BOT_TOKEN, CHANNEL, SIGNING_SECRET, RedisServer
 from tests.processes import (
     Process,
-    approvals_command,
     bot_url,
+    start_api,
     start_bot,
     start_worker,
     wait_for_workers,
-    wait_until,
 )
 from tests.slack_standin import SlackStandIn
 
@@ -49,30 +46,6 @@ class Stack:
         client = Client(self.api_url, token)
         self.clients.append(client)
         return client
-
-
-def start_api(env: dict[str, str], log: Path) -> tuple[Process, str]:
-    """``approvals api`` on a free port; returns it and its URL once it listens."""
-    api = Process(approvals_command("api", "--host", "127.0.0.1", "--port", "0"), env, log)
-
-    def listening() -> str | None:
-        if api.popen.poll() is not None:
-            raise AssertionError(f"the API exited:\n{api.output()}")
-        for line in api.output().splitlines():
-            if "listening on " in line:
-                return line.split("listening on ", 1)[1].strip()
-        return None
-
-    url = wait_until(listening, 30, "the API to listen")
-    wait_until(lambda: _answers(url), 30, "the API to answer")
-    return api, url
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url + "/v1/openapi.json", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @pytest.fixture(scope="package")
