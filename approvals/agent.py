@@ -671,9 +671,8 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
     # One transaction: the approval exists with its card job and its deadlines, or not at all.
     # The run's stream outlives the longest wait for this decision by the outcome's TTL.
     run_ttl = None if waits is None else int(waits) + settings.result_ttl
-    pipe = store.create(context.conn, approval, history, run_ttl=run_ttl)
-    for event in _verdict_events(verdict) if verdict is not None else []:
-        pipe.rpush(store.audit_key(approval.id), event)
+    events = _verdict_events(verdict) if verdict is not None else []
+    pipe = store.create(context.conn, approval, history, run_ttl=run_ttl, events=events)
     queue.enqueue_card(context.conn, settings, approval.id, pipeline=pipe)
     if waits is not None:  # expiry never approves; without one the approval waits for people
         queue.schedule_expiry(

@@ -52,7 +52,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -581,8 +581,11 @@ def create(
     approval: Approval,
     history: list[dict[str, Any]],
     run_ttl: int | None = 0,
+    events: Sequence[str] = (),
 ) -> Any:
     """Queue the writes that create a pending approval on a transactional pipeline.
+
+    ``events`` are audit lines (``audit_entry``) that follow its first one, "paused".
 
     Returned un-executed so the caller can add the card job to the same MULTI/EXEC: either
     both the approval and its card job exist, or neither does. An approval with a ``run_id``
@@ -602,11 +605,11 @@ def create(
     )
     pipe.set(history_key(approval.id), json.dumps(history))
     pipe.zadd(PENDING_KEY, {approval.id: approval.created_at})
-    first = json.loads(audit_entry("paused", approval.agent, tool=approval.tool_name))
-    first["prev"] = GENESIS  # a new approval's trail is empty
-    line = json.dumps(first, ensure_ascii=False)
-    pipe.rpush(audit_key(approval.id), line)
-    pipe.rpush(EVENTS_KEY, _outbox_entry(approval.id, first, line))
+    first = audit_entry("paused", approval.agent, tool=approval.tool_name)
+    lines, outbox = _new_trail(approval.id, [first, *events])
+    pipe.rpush(audit_key(approval.id), *lines)
+    if outbox:
+        pipe.rpush(EVENTS_KEY, *outbox)
     if approval.run_id is not None:
         pipe.rpush(run_pauses_key(approval.run_id), approval.id)
         if run_ttl is None:  # it waits indefinitely, and so may its run's waiters
@@ -632,6 +635,24 @@ return 1
 """.replace("RECENT_KEPT", "200")
 
 
+def _new_trail(approval_id: str, events: Sequence[str]) -> tuple[list[str], list[str]]:
+    """A new approval's audit lines (``audit_entry``), chained from the empty trail, and the
+    outbox entries of the state changes among them."""
+    lines: list[str] = []
+    outbox: list[str] = []
+    prev = GENESIS
+    for event in events:
+        entry = json.loads(event)
+        entry["prev"] = prev
+        line = json.dumps(entry, ensure_ascii=False)
+        lines.append(line)
+        message = _outbox_entry(approval_id, entry, line)
+        if message:
+            outbox.append(message)
+        prev = entry_hash(line)
+    return lines, outbox
+
+
 def record_automatic(
     conn: redis.Redis, approval: Approval, target: Status, decision: str, events: list[str]
 ) -> bool:
@@ -646,16 +667,7 @@ def record_automatic(
     assert target in TRANSITIONS[Status.PENDING], "an automatic decision leaves pending"
     record = json.dumps(approval.record(), separators=(",", ":"))
     actor = approval.decision.actor if approval.decision else "system"
-    lines, outbox, prev = [], [], GENESIS
-    for event in events:
-        entry = json.loads(event)
-        entry["prev"] = prev
-        line = json.dumps(entry, ensure_ascii=False)
-        lines.append(line)
-        message = _outbox_entry(approval.id, entry, line)
-        if message:
-            outbox.append(message)
-        prev = entry_hash(line)
+    lines, outbox = _new_trail(approval.id, events)
     args = [approval.id, repr(time.time()), record, target.value, decision, actor]
     args += [str(len(lines)), *lines, *outbox]
     keys = [approval_key(approval.id), DECIDED_KEY, audit_key(approval.id), EVENTS_KEY]

@@ -200,6 +200,10 @@ def test_a_require_rule_sets_who_decides_where_and_how_long(policy_env, conn):
     assert approval.expires_at - approval.created_at == pytest.approx(120)
     events = [e["event"] for e in store.audit_trail(conn, approval.id)]
     assert events == ["paused", "rule_required"]
+    from approvals import audit
+
+    check = audit.check_trail(conn, approval.id, {"keys": []})  # one chain, rule entry included
+    assert check.ok and check.entries == 2, check.problems
 
 
 def test_a_broken_expression_fails_closed_to_a_person(policy_env, conn, caplog):
