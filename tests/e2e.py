@@ -305,3 +305,17 @@ BOOKKEEPING = frozenset(
         store.EVENTS_TAKING_KEY,
     )
 )
+
+
+def redis_state(conn: Any, *, seen: bool = True, jobs: bool = False) -> dict[bytes, Any]:
+    """Every approvals key DUMPed, for a "changes nothing" check.
+
+    Leaves out BOOKKEEPING; ``seen=False`` also leaves out the replay guard's record of
+    signatures (a rejected request may add one); ``jobs`` adds RQ's job keys.
+    """
+    keys = sorted(conn.keys("approvals:*"))
+    if not seen:
+        keys = [k for k in keys if not k.startswith(store.seen_key("").encode())]
+    if jobs:
+        keys += sorted(conn.keys("rq:job:*"))
+    return {key: conn.dump(key) for key in keys if key not in BOOKKEEPING}

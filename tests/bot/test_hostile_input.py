@@ -37,9 +37,9 @@ from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, move_file
 from tests.conftest import SIGNING_SECRET
 from tests.e2e import (
-    BOOKKEEPING,
     card_of,
     click,
+    redis_state,
     select,
     settled,
     submit_edit,
@@ -133,10 +133,7 @@ def _pause(tool: str, arguments: dict[str, str]) -> str:
 
 def _state(conn) -> tuple[dict[bytes, bytes], list[bytes]]:
     """Every approvals key (DUMP) but the replay guard's signatures, and RQ's job keys."""
-    seen = store.seen_key("").encode()
-    keys = [k for k in sorted(conn.keys("approvals:*")) if not k.startswith(seen)]
-    keys = [k for k in keys if k not in BOOKKEEPING]
-    return {k: conn.dump(k) for k in keys}, sorted(conn.keys(RQ_JOBS))
+    return redis_state(conn, seen=False), sorted(conn.keys(RQ_JOBS))
 
 
 def _post_bytes(url: str, body: bytes, content_type: str = FORM) -> int:

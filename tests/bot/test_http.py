@@ -12,7 +12,15 @@ from approvals.models import Status
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.conftest import SIGNING_SECRET, approvals_command
-from tests.e2e import approve_values, card_of, click, pending_command, settled, wait_status
+from tests.e2e import (
+    approve_values,
+    card_of,
+    click,
+    pending_command,
+    redis_state,
+    settled,
+    wait_status,
+)
 from tests.slack_requests import (
     FORM,
     block_actions_payload,
@@ -31,8 +39,7 @@ def _pause(agent: str = "cleanup-bot", path: str = "build") -> str:
 
 def _snapshot(conn):
     """Every approvals key and value, except the replay guard's record of seen signatures."""
-    keys = [k for k in sorted(conn.keys("approvals:*")) if not k.startswith(b"approvals:seen:")]
-    return {key: conn.dump(key) for key in keys}
+    return redis_state(conn, seen=False)
 
 
 def test_bad_signature_stale_timestamp_and_tampered_body_get_401_and_change_nothing(

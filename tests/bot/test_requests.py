@@ -21,12 +21,12 @@ from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.conftest import SIGNING_SECRET
 from tests.e2e import (
-    BOOKKEEPING,
     action_blocks,
     at_once,
     block_text,
     card_of,
     card_showing,
+    redis_state,
     select,
     settled,
     tool_runs,
@@ -87,8 +87,7 @@ def _replay(url: str, body: str, headers: dict[str, str]) -> tuple[int, str]:
 
 def _state(conn) -> dict[bytes, bytes]:
     """Every approvals key, DUMPed (the replay guard's signatures included), and RQ's jobs."""
-    keys = sorted(conn.keys("approvals:*")) + sorted(conn.keys("rq:job:*"))
-    return {key: conn.dump(key) for key in keys if key not in BOOKKEEPING}
+    return redis_state(conn, jobs=True)
 
 
 def _seen(conn) -> list[bytes]:

@@ -16,9 +16,9 @@ from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, restart_service
 from tests.conftest import SIGNING_SECRET
 from tests.e2e import (
-    BOOKKEEPING,
     card_of,
     click,
+    redis_state,
     settled,
     submit_edit,
     submit_reject,
@@ -39,8 +39,7 @@ def _pause(tool: str, arguments: dict[str, str]) -> str:
 
 def _snapshot(conn):
     """Every approvals key, DUMPed (the seen signatures included)."""
-    keys = sorted(conn.keys("approvals:*"))
-    return {key: conn.dump(key) for key in keys if key not in BOOKKEEPING}
+    return redis_state(conn)
 
 
 def _seen(conn):
