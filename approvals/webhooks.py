@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 DELIVER = "worker.webhooks.deliver_webhook"
 #: How often each worker looks at the outbox.
 DRAIN_INTERVAL = 0.5
+#: At most this many outbox entries per look.
+DRAIN_BATCH = 1000
 #: An outbox entry taken this long ago and still there: its taker died; take it again.
 STALE_AFTER = 60.0
 #: Growing pauses over a little more than a day; then the event is given up.
@@ -69,17 +71,27 @@ class DeliveryFailed(ApprovalsError):
     """The receiver did not answer 2xx; RQ retries the job later."""
 
 
-def drain(conn: redis.Redis, settings: Settings, limit: int = 100) -> int:
-    """Turn outbox entries into delivery jobs (a worker's background loop); how many."""
+def drain(conn: redis.Redis, settings: Settings, limit: int = DRAIN_BATCH) -> int:
+    """Turn outbox entries into delivery jobs (a worker's background loop); how many.
+
+    Entries are moved to the taking list and removed from it in pipelines, so a burst of
+    state changes (a flood of pauses, a bulk decision) is worked off in a few round trips
+    instead of sitting in Redis for minutes.
+    """
     taken = _take_stale(conn)
-    while len(taken) < limit:
-        raw = conn.lmove(store.EVENTS_KEY, store.EVENTS_TAKING_KEY, "LEFT", "RIGHT")
-        if raw is None:
-            break
-        taken.append(raw)
+    waiting = min(int(cast(int, conn.llen(store.EVENTS_KEY))), limit - len(taken))
+    if waiting > 0:
+        pipe = conn.pipeline(transaction=False)
+        for _ in range(waiting):
+            pipe.lmove(store.EVENTS_KEY, store.EVENTS_TAKING_KEY, "LEFT", "RIGHT")
+        taken += [raw for raw in pipe.execute() if raw is not None]
     for raw in taken:
         _dispatch(conn, settings, raw)
-        conn.lrem(store.EVENTS_TAKING_KEY, 1, raw)
+    if taken:
+        pipe = conn.pipeline(transaction=False)
+        for raw in taken:
+            pipe.lrem(store.EVENTS_TAKING_KEY, 1, raw)
+        pipe.execute()
     return len(taken)
 
 

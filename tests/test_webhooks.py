@@ -197,3 +197,18 @@ def test_an_escalation_reaches_the_webhooks_as_approval_escalated(env, conn):
     assert len(escalated) == 1
     body = webhooks.body_of(conn, escalated[0])
     assert body["type"] == "approval.escalated" and body["data"]["id"] == "esc1"
+
+
+def test_a_burst_of_pauses_is_worked_off_in_one_look(env, conn):
+    """A flood of state changes does not sit in the outbox: one look takes a whole batch, turns
+    each into one job per receiver, and leaves nothing taken behind."""
+    settings = Settings.from_env(
+        {**env, "APPROVALS_WEBHOOK_SECRET": SECRET, "APPROVALS_WEBHOOK_URLS": "http://r.test/"}
+    )
+    for i in range(250):
+        store.create(conn, make_approval(id=f"burst{i}"), []).execute()
+    assert conn.llen(store.EVENTS_KEY) == 250
+    assert webhooks.drain(conn, settings) == 250
+    assert conn.llen(store.EVENTS_KEY) == 0 and conn.llen(store.EVENTS_TAKING_KEY) == 0
+    assert len(queue.get_queue(conn, settings).job_ids) == 250
+    assert webhooks.drain(conn, settings, limit=100) == 0
