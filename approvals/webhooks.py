@@ -79,7 +79,7 @@ def drain(conn: redis.Redis, settings: Settings, limit: int = DRAIN_BATCH) -> in
     instead of sitting in Redis for minutes.
     """
     taken = _take_stale(conn)
-    waiting = min(int(cast(int, conn.llen(store.EVENTS_KEY))), limit - len(taken))
+    waiting = min(int(conn.llen(store.EVENTS_KEY)), limit - len(taken))
     if waiting > 0:
         pipe = conn.pipeline(transaction=False)
         for _ in range(waiting):
