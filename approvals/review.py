@@ -421,8 +421,10 @@ def _after_decision(
     queue.enqueue_resume(conn, settings, approval.id)
 
 
-def _count_decision(target: Any, approval: Approval, decision: Decision) -> None:
+def _count_decision(conn: redis.Redis, approval: Approval, decision: Decision) -> None:
     """The decision's metrics (``approvals.metrics``): one more of its kind, and how long
-    the approval waited for it."""
-    store.count(target, f"decisions:{decision.kind.value}")
-    store.observe(target, "decision_seconds", max(0.0, decision.at - approval.created_at))
+    the approval waited for it, in one round trip."""
+    pipe = conn.pipeline(transaction=False)
+    store.count(pipe, f"decisions:{decision.kind.value}")
+    store.observe(pipe, "decision_seconds", max(0.0, decision.at - approval.created_at))
+    pipe.execute()
