@@ -9,21 +9,35 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import redis
 
-from approvals import archive, outcomes, store
+from approvals import outcomes, store
 from approvals.config import Settings
 from approvals.errors import UnknownApproval
 from approvals.models import Approval
+
+if TYPE_CHECKING:
+    from approvals import archive
 
 AuditEvent = dict[str, str]
 #: Audit trails read from Redis per round trip.
 _BATCH = 500
 
 
-def _archive(settings: Settings) -> archive.Archive | None:
-    return archive.shared(settings.archive_url) if settings.archive_url else None
+def archive_of(settings: Settings) -> archive.Archive | None:
+    """The process's archive, or None without ``APPROVALS_ARCHIVE_URL``.
+
+    The archive's module is imported only then: SQLAlchemy and Alembic are much of a
+    process's memory, and a worker without an archive should not carry them into every
+    work-horse it forks.
+    """
+    if not settings.archive_url:
+        return None
+    from approvals import archive
+
+    return archive.shared(settings.archive_url)
 
 
 def find_approval(
@@ -33,7 +47,7 @@ def find_approval(
     try:
         return store.load(conn, approval_id), store.audit_trail(conn, approval_id)
     except UnknownApproval:
-        stored = _archive(settings)
+        stored = archive_of(settings)
         found = None if stored is None else stored.load(approval_id)
         if stored is None or found is None:
             raise
@@ -45,7 +59,7 @@ def find_outcome(conn: redis.Redis, settings: Settings, some_id: str) -> outcome
     try:
         return outcomes.run_outcome(conn, outcomes.run_id_of(conn, some_id))
     except UnknownApproval:
-        stored = _archive(settings)
+        stored = archive_of(settings)
         if stored is None:
             raise
     approval = stored.load(some_id)
@@ -71,7 +85,7 @@ def audit_events(
         for approval_id, trail in zip(ids, store.audit_trails(conn, ids), strict=True):
             recent += [(approval_id, event) for event in trail if _at(event) >= since]
     recent.sort(key=lambda found: _at(found[1]))
-    stored = _archive(settings)
+    stored = archive_of(settings)
     if stored is None:
         yield from recent
         return

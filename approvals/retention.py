@@ -26,11 +26,15 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import redis
 
-from approvals import archive, store
+from approvals import lookup, store
 from approvals.config import Settings
+
+if TYPE_CHECKING:
+    from approvals import archive
 
 #: Seconds between rounds of each worker.
 SWEEP_INTERVAL = 1.0
@@ -80,7 +84,7 @@ def sweep(conn: redis.Redis, settings: Settings, now: float | None = None) -> Sw
 
 
 def _round(conn: redis.Redis, settings: Settings, now: float) -> Swept:
-    target = archive.shared(settings.archive_url) if settings.archive_url else None
+    target = lookup.archive_of(settings)
     stop = time.monotonic() + ROUND_SECONDS
     total = Swept()
     while True:
