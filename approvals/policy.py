@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import cel
-
 from approvals.errors import ConfigError
 
 
@@ -167,6 +165,10 @@ def _rule(entry: Any, where: str) -> Rule:
     when = _text(entry, "when", where)
     program = None
     if when is not None:
+        # Imported here: the package also loads its command line (typer, rich), much of a
+        # process's memory, which a worker without rules would carry into every work-horse.
+        import cel
+
         try:
             program = cel.compile(when)
         except (ValueError, TypeError, RuntimeError) as exc:

@@ -27,7 +27,7 @@ from rq.worker import BaseWorker
 from rq.worker_pool import WorkerPool
 
 import worker.jobs  # imported here, once: forked work-horses inherit it
-from approvals import deadlines, retention, store, webhooks
+from approvals import deadlines, policy, retention, store, webhooks
 from approvals.config import Settings
 from approvals.errors import ConfigError
 from approvals.logs import configure_logging
@@ -139,6 +139,10 @@ def _warm(settings: Settings) -> None:
     worker.jobs.warm()
     import_modules(settings.tool_modules)
     log.info("%d model ids resolved ahead of jobs", warm_models())
+    try:  # the rules a resume's later calls are judged by, compiled once for every horse
+        policy.rules_at(settings.policy_path)
+    except ConfigError as exc:  # each resume reports it, visibly, on its card
+        log.error("%s", exc)
     gc.collect()
     gc.freeze()
 
