@@ -72,3 +72,17 @@ def _json_lines(text: str) -> list[dict]:
         except ValueError:
             continue  # not every line a process prints is a log record
     return lines
+
+
+def test_a_worker_without_an_archive_or_rules_does_not_load_their_libraries():
+    """The forking worker copies its memory into a work-horse per job: SQLAlchemy, Alembic and
+    cel (with its command line) are loaded only by the workers configured to need them."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, approvals.cli, worker.main; "
+        "print(sorted(m for m in ('sqlalchemy', 'alembic', 'cel', 'typer') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
