@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 from approvals import run_agent
 from approvals.config import Settings
@@ -77,9 +79,6 @@ def _json_lines(text: str) -> list[dict]:
 def test_a_worker_without_an_archive_or_rules_does_not_load_their_libraries():
     """The forking worker copies its memory into a work-horse per job: SQLAlchemy, Alembic and
     cel (with its command line) are loaded only by the workers configured to need them."""
-    import subprocess
-    import sys
-
     probe = (
         "import sys, approvals.cli, worker.main; "
         "print(sorted(m for m in ('sqlalchemy', 'alembic', 'cel', 'typer') if m in sys.modules))"
