@@ -22,6 +22,7 @@ Records are JSON; loading checks every field because Redis is a trust boundary.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -303,6 +304,18 @@ class Approval:
             del data["policy"]["webhook"]
         return data
 
+    def stored_record(self) -> str:
+        """The record as Redis keeps it: compact JSON without the fields that hold nothing.
+
+        Redis keeps a record for every waiting approval, so its size is Redis's memory. A
+        field left out is one ``approval_from_parts`` reads back as it was: None, or the empty
+        or false value in ``_LEFT_OUT_WHEN``.
+        """
+        data = _without_nothing(self.record())
+        data["policy"] = _without_nothing(data["policy"])
+        data["tools"] = [_without_nothing(tool) for tool in data["tools"]]
+        return json.dumps(data, separators=(",", ":"))
+
     @property
     def editable(self) -> list[str]:
         """The argument names a reviewer may change."""
@@ -364,6 +377,33 @@ def _enum(enum: type[StrEnum], raw: Any) -> Any:
         return enum(raw)
     except ValueError:
         raise CorruptRecord(f"unknown {enum.__name__} {raw!r}") from None
+
+
+#: Fields a stored record leaves out when they hold these values (their readers default to them).
+_LEFT_OUT_WHEN: dict[str, Any] = {
+    "secret_arguments": [],
+    "escalate_to": [],
+    "asynchronous": False,
+    "llm_log": False,
+    "external": False,
+    "llm_version": "",
+    "remind_after": 0.0,
+    "escalate_after": 0.0,
+    # In the policy:
+    "allow_self_approval": False,
+    "approvals_required": 1,
+    "reason_required": False,
+    "on_reject": "resume",
+    "grantable": True,
+}
+
+
+def _without_nothing(data: dict[str, Any]) -> dict[str, Any]:
+    def nothing(name: str, value: Any) -> bool:
+        plain = list(value) if isinstance(value, tuple) else value  # JSON makes lists of them
+        return value is None or (name in _LEFT_OUT_WHEN and plain == _LEFT_OUT_WHEN[name])
+
+    return {name: value for name, value in data.items() if not nothing(name, value)}
 
 
 def approval_from_parts(
@@ -469,17 +509,18 @@ def policy_from_dict(data: Any) -> Policy:
 
 
 def _policy_from_dict(data: Any) -> Policy:
-    required = _get(data, "approvals_required", int)
+    required = _get(data, "approvals_required", int, optional=True)
+    required = 1 if required is None else required
     if required < 1:
         raise CorruptRecord("approvals_required must be at least 1")
     return Policy(
         approvers=_optional_strings(data, "approvers"),
         approver_groups=_optional_strings(data, "approver_groups"),
-        allow_self_approval=_get(data, "allow_self_approval", bool),
+        allow_self_approval=_get(data, "allow_self_approval", bool, optional=True) or False,
         approvals_required=required,
         editable=_optional_strings(data, "editable"),
-        reason_required=_get(data, "reason_required", bool),
-        on_reject=_enum(OnReject, _get(data, "on_reject", str)),
+        reason_required=_get(data, "reason_required", bool, optional=True) or False,
+        on_reject=_enum(OnReject, _get(data, "on_reject", str, optional=True) or "resume"),
         webhook=_get(data, "webhook", str, optional=True),
         grantable=_get(data, "grantable", bool, optional=True) is not False,
     )

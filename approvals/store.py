@@ -597,9 +597,8 @@ def create(
     pipe.multi()  # explicit, so RQ's enqueue(pipeline=...) joins this transaction
     pipe.hset(
         approval_key(approval.id),
-        # Compact: it is kept for every waiting approval, so its size is Redis's memory.
         mapping={
-            "record": json.dumps(approval.record(), separators=(",", ":")),
+            "record": approval.stored_record(),
             "status": Status.PENDING.value,
         },
     )
@@ -665,7 +664,7 @@ def record_automatic(
     False when the id exists already (nothing was written).
     """
     assert target in TRANSITIONS[Status.PENDING], "an automatic decision leaves pending"
-    record = json.dumps(approval.record(), separators=(",", ":"))
+    record = approval.stored_record()
     actor = approval.decision.actor if approval.decision else "system"
     lines, outbox = _new_trail(approval.id, events)
     args = [approval.id, repr(time.time()), record, target.value, decision, actor]
