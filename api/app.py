@@ -25,7 +25,13 @@ from api.mcp_server import build_server
 from api.size import BodySizeLimit
 from approvals import external, store
 from approvals.config import Settings
-from approvals.errors import ConfigError, InvalidArguments, NotAllowed, UnknownApproval
+from approvals.errors import (
+    ConfigError,
+    InvalidArguments,
+    NotAllowed,
+    PolicyError,
+    UnknownApproval,
+)
 from approvals.models import Approval, Status
 from approvals.tokens import Token
 
@@ -87,6 +93,8 @@ def create_approval(body: ApprovalBody, token: Auth, request: Request) -> JSONRe
     settings: Settings = request.app.state.settings
     try:
         approval, created = external.ask(request.app.state.conn, settings, _request(body, token))
+    except PolicyError as exc:  # fail closed: nothing is asked while the rules are broken
+        raise HTTPException(503, f"the approval policy cannot be applied: {exc}") from None
     except ConfigError as exc:
         raise HTTPException(422, str(exc)) from None
     headers = {} if created else {"Idempotent-Replayed": "true"}
@@ -113,6 +121,11 @@ def _request(body: ApprovalBody, token: Token) -> external.ExternalRequest:
         approvals_required=body.approvals_required,
         reason_required=body.reason_required,
         idempotency_key=body.idempotency_key,
+        run_id=body.run_id,
+        grantable=body.grantable,
+        remind_after=body.remind_after,
+        escalate_after=body.escalate_after,
+        escalate_to=names(body.escalate_to),
     )
 
 
