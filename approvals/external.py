@@ -2,7 +2,8 @@
 
 An external approval is the same record as a paused llm call, so it gets the same card, the
 same rules (approvers and groups, self-approval, quorum, Edit checked against a JSON schema,
-Reject with a reason, Respond), the same expiry and the same audit trail. Only what follows
+Reject with a reason, Respond), the same expiry, reminders and audit trail, and is put to the
+same policy rules and grants first (``automatic``), which may decide it at once. Only what follows
 a decision differs: there is no chain to resume, so ``review`` wakes the caller waiting for
 the answer (``store.wake_caller``) instead of queuing a resume, and the caller reports what it
 then did with ``report_result``, which ends the approval and is shown in the card's thread.
