@@ -4,7 +4,12 @@ removes them."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from approvals import store
+from approvals.client import ApiError
 from approvals.models import Status
 from approvals.reminders import MAX_REMINDERS
 from tests.api.conftest import Stack
@@ -73,3 +78,15 @@ def test_remind_after_defaults_to_the_setting_and_zero_turns_it_off(stack: Stack
     assert "remind:" + default["id"] in _deadlines(stack, default["id"])
     assert store.load(stack.conn, off["id"]).remind_after == 0.0
     assert _deadlines(stack, off["id"]) == {"expire:" + off["id"]}
+
+
+def test_bad_reminder_fields_are_refused_and_change_nothing(stack: Stack) -> None:
+    """A negative remind_after or an escalate_to that is no channel or group id: 422 naming
+    the field, and no approval is created."""
+    client = stack.client(stack.token("reminded-badly"))
+    for fields in ({"remind_after": -1}, {"escalate_to": ["#ops"]}):
+        with pytest.raises(ApiError) as refused:
+            client.request("rotate_key", {"name": "a"}, **fields)
+        assert refused.value.status == 422
+        assert next(iter(fields)) in json.dumps(refused.value.detail)
+    assert client.pending() == []
