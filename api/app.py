@@ -149,9 +149,15 @@ def list_approvals(
     request: Request,
     status: Annotated[str, Query(pattern="^pending$")] = "pending",
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    idempotency_key: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> dict[str, Any]:
-    """This agent's pending approvals, newest first."""
-    found = external.pending_of(request.app.state.conn, token.agent, limit)
+    """This agent's pending approvals, newest first; with ``idempotency_key``, the one approval
+    that key created, whatever its status (none: an empty list)."""
+    conn = request.app.state.conn
+    if idempotency_key is not None:
+        one = external.by_idempotency_key(conn, token.agent, idempotency_key)
+        return {"approvals": [] if one is None else [external.answer(one)]}
+    found = external.pending_of(conn, token.agent, limit)
     return {"approvals": [external.answer(a) for a in found]}
 
 

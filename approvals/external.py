@@ -290,6 +290,21 @@ def card_url(approval: Approval) -> str | None:
     return f"https://slack.com/archives/{approval.channel}/p{approval.card_ts.replace('.', '')}"
 
 
+def by_idempotency_key(conn: redis.Redis, agent: str, key: str) -> Approval | None:
+    """The approval ``agent`` created with ``key``, if it is still kept (the Claude Code hook
+    finds the approval of a call it reports on this way)."""
+    digest = _key_digest(key)
+    assert digest is not None
+    approval_id = store.idempotent_id(conn, agent, digest)
+    if approval_id is None:
+        return None
+    try:
+        approval = store.load(conn, approval_id)
+    except UnknownApproval:
+        return None  # removed by retention, or its creation failed
+    return approval if approval.external and approval.agent == agent else None
+
+
 def pending_of(conn: redis.Redis, agent: str, limit: int = 100) -> list[Approval]:
     """The pending external approvals of one agent, newest first."""
     page = store.pending_page(conn, lambda a: a.external and a.agent == agent, 0, limit)
