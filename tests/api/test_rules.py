@@ -5,16 +5,19 @@ rules are in tests/api/conftest.py, each for an agent of its own)."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from approvals import store
-from approvals.client import ApiError
+from approvals.client import ApiError, Client
 from approvals.models import Status
 from tests.api.conftest import Stack
 from tests.conftest import CHANNEL, wait_until
 from tests.e2e import card_of, scope_labels, settled
+from tests.processes import start_api
 
 
 def _events(stack: Stack, approval_id: str) -> list[dict[str, Any]]:
@@ -107,3 +110,28 @@ def test_a_rule_that_fails_to_evaluate_asks_a_person(stack: Stack) -> None:
     wait_until(lambda: "policy rule failed on restart" in api.output(), 10, "the API's warning")
     covered = client.request("restart", {"service": "web", "ticket": "OPS-1"})
     assert covered["status"] == "approved"
+
+
+def test_a_broken_policy_file_refuses_every_request_until_fixed(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Fail closed: a policy file that does not parse answers 503 and creates nothing; once
+    fixed, it is read again and requests are asked as usual."""
+    broken = tmp_path / "policy.toml"
+    broken.write_text('[[rule]]\nid = "x"\naction = "approve"\nwhen = "args.path ==="\n')
+    env = {**stack.env, "APPROVALS_POLICY": str(broken)}
+    api, url = start_api(env, tmp_path / "api.log")
+    try:
+        client = Client(url, stack.token("rules-file-broken"))
+        with client:
+            with pytest.raises(ApiError) as refused:
+                client.request("publish", {"path": "docs/a.md"})
+            assert refused.value.status == 503
+            assert "'when' is not valid CEL" in str(refused.value.detail)
+            assert client.pending() == []
+            broken.write_text("")  # fixed: no rules
+            later = broken.stat().st_mtime + 2  # a new mtime even on a coarse-clocked disk
+            os.utime(broken, (later, later))
+            assert client.request("publish", {"path": "docs/a.md"})["status"] == "pending"
+    finally:
+        api.stop()
