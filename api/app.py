@@ -25,7 +25,13 @@ from api.mcp_server import build_server
 from api.size import BodySizeLimit
 from approvals import external, store
 from approvals.config import Settings
-from approvals.errors import ConfigError, InvalidArguments, NotAllowed, UnknownApproval
+from approvals.errors import (
+    ConfigError,
+    InvalidArguments,
+    NotAllowed,
+    PolicyError,
+    UnknownApproval,
+)
 from approvals.models import Approval, Status
 from approvals.tokens import Token
 
@@ -87,6 +93,8 @@ def create_approval(body: ApprovalBody, token: Auth, request: Request) -> JSONRe
     settings: Settings = request.app.state.settings
     try:
         approval, created = external.ask(request.app.state.conn, settings, _request(body, token))
+    except PolicyError as exc:  # fail closed: nothing is asked while the rules are broken
+        raise HTTPException(503, f"the approval policy cannot be applied: {exc}") from None
     except ConfigError as exc:
         raise HTTPException(422, str(exc)) from None
     headers = {} if created else {"Idempotent-Replayed": "true"}
@@ -113,6 +121,11 @@ def _request(body: ApprovalBody, token: Token) -> external.ExternalRequest:
         approvals_required=body.approvals_required,
         reason_required=body.reason_required,
         idempotency_key=body.idempotency_key,
+        run_id=body.run_id,
+        grantable=body.grantable,
+        remind_after=body.remind_after,
+        escalate_after=body.escalate_after,
+        escalate_to=names(body.escalate_to),
     )
 
 
@@ -136,9 +149,15 @@ def list_approvals(
     request: Request,
     status: Annotated[str, Query(pattern="^pending$")] = "pending",
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    idempotency_key: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> dict[str, Any]:
-    """This agent's pending approvals, newest first."""
-    found = external.pending_of(request.app.state.conn, token.agent, limit)
+    """This agent's pending approvals, newest first; with ``idempotency_key``, the one approval
+    that key created, whatever its status (none: an empty list)."""
+    conn = request.app.state.conn
+    if idempotency_key is not None:
+        one = external.by_idempotency_key(conn, token.agent, idempotency_key)
+        return {"approvals": [] if one is None else [external.answer(one)]}
+    found = external.pending_of(conn, token.agent, limit)
     return {"approvals": [external.answer(a) for a in found]}
 
 

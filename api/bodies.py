@@ -6,7 +6,7 @@ before it is read (``api.size``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,6 +39,39 @@ class ApprovalBody(BaseModel):
     approvals_required: int = Field(default=1, ge=1, le=20)
     reason_required: bool = False
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    run_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="Groups the requests of one task: the card then offers a grant for "
+        "'This tool, this run', which lets later requests of this agent with the same run_id "
+        "(and requester) through. Without it, that scope is not offered.",
+    )
+    grantable: bool = Field(
+        default=True,
+        description="False: the card offers only 'Just this call', never a standing grant.",
+    )
+    remind_after: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_EXPIRES_IN,
+        description="Seconds before the approvers are reminded, and between reminders "
+        "(0: never; default APPROVALS_REMIND_AFTER).",
+    )
+    escalate_after: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_EXPIRES_IN,
+        description="Seconds before the card is escalated to escalate_to "
+        "(0: never; default APPROVALS_ESCALATE_AFTER).",
+    )
+    escalate_to: list[Annotated[str, Field(pattern=r"^[CGS][A-Z0-9]{1,30}$")]] | None = Field(
+        default=None,
+        max_length=20,
+        description="Channel ids (C...) and user group ids (S...) an escalation goes to "
+        "(default APPROVALS_ESCALATE_TO).",
+    )
 
 
 class ResultBody(BaseModel):

@@ -11,6 +11,14 @@ Calls the rules pick (``--tools``, narrowed for ``Bash`` by ``--command-pattern`
 through ``approvals api`` and wait for a person. Every failure denies: bad input, the API
 unreachable or refusing, no decision in time. A hook that allowed on error would let the very
 command someone meant to stop run while Slack was down.
+
+The same command also serves ``PostToolUse`` (and ``PostToolUseFailure``): after an approved
+call ran, Claude Code sends the same fields plus ``tool_response`` (or ``error``), and the
+hook reports it with ``POST /v1/approvals/{id}/result``, shown in the card's thread. It finds
+the approval by the idempotency key the ``PreToolUse`` ask used, built from ``session_id`` and
+``tool_use_id``, so no state is kept between the two runs. Reporting never stands in the
+agent's way: a call that needed no approval is left alone, and any failure is written to
+stderr and the hook exits 0 with no output.
 """
 
 from __future__ import annotations
@@ -18,13 +26,22 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from approvals.client import Client
 from approvals.config import Settings
+from approvals.limits import SECTION_TEXT
 
 DEFAULT_TOOLS = "Bash|Write|Edit|MultiEdit"
+#: The events after a call ran: reported, never decided.
+POST_EVENTS = frozenset({"PostToolUse", "PostToolUseFailure"})
+#: The most of a call's output reported (its beginning and its end): the card's thread shows
+#: a result cut to one section, so a report within it shows both ends there.
+REPORT_LIMIT = SECTION_TEXT - 500
+#: Statuses of an approval whose call Claude Code was allowed to run.
+ALLOWED = ("approved", "edited")
 #: Tools whose input names a file they write.
 WRITERS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
 
@@ -60,7 +77,11 @@ def _inside(path: str, project: str) -> bool:
 
 
 def run_hook(raw: str, settings: Settings, rules: HookRules, timeout: float) -> str:
-    """The hook's stdout for one call (empty: not ours to decide). Never raises: denies."""
+    """The hook's stdout for one call (empty: not ours to decide). Never raises: a
+    ``PreToolUse`` that fails denies; a ``PostToolUse`` that fails only logs to stderr."""
+    if is_post_event(raw):
+        report_hook(raw, settings, rules)
+        return ""
     try:
         event = json.loads(raw)
         if not isinstance(event, dict):
@@ -70,6 +91,97 @@ def run_hook(raw: str, settings: Settings, rules: HookRules, timeout: float) -> 
         return json.dumps(_ask(event, settings, timeout))
     except Exception as exc:
         return json.dumps(deny(f"approvals could not get a decision ({exc}); denied to be safe"))
+
+
+def failure_output(raw: str, problem: str) -> str:
+    """What the hook prints when it cannot even start (a bad option): a ``PreToolUse`` denies,
+    a ``PostToolUse`` prints nothing and says why on stderr."""
+    if is_post_event(raw):
+        _log(f"the approvals hook is misconfigured ({problem}); the result was not reported")
+        return ""
+    return json.dumps(deny(f"the approvals hook is misconfigured ({problem}); denied"))
+
+
+def is_post_event(raw: str) -> bool:
+    """Whether the input is a ``PostToolUse``/``PostToolUseFailure`` event (anything else,
+    unreadable input included, is treated as ``PreToolUse``: it denies)."""
+    try:
+        event = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(event, dict) and event.get("hook_event_name") in POST_EVENTS
+
+
+def report_hook(raw: str, settings: Settings, rules: HookRules) -> None:
+    """Report what an approved call did to its approval. Never raises, never blocks the agent:
+    a call that needed no approval, or whose approval is not found, is left alone."""
+    try:
+        event = json.loads(raw)
+        if not rules.needs_person(event):
+            return  # never asked: nothing to report (and no request to the API)
+        key = idempotency_key_of(event)
+        if key is None:
+            return
+        if not settings.api_token:
+            raise ValueError("APPROVALS_API_TOKEN is not set")
+        ok, output = outcome_of(event)
+        with Client(settings.api_url, settings.api_token) as client:
+            found = client.find(key)
+            if found is None or found.get("status") not in ALLOWED:
+                return  # asked under other rules, or reported already: not ours now
+            client.report(found["id"], ok=ok, output=output)
+    except Exception as exc:
+        _log(f"could not report the result of {event_name(raw)} to approvals: {exc}")
+
+
+def event_name(raw: str) -> str:
+    try:
+        event = json.loads(raw)
+        return f"{event.get('tool_name', 'a tool')} ({event.get('tool_use_id', '?')})"
+    except (ValueError, AttributeError):
+        return "a tool call"
+
+
+def idempotency_key_of(event: dict[str, Any]) -> str | None:
+    """The approval's idempotency key: one per call of one session (None: no call id)."""
+    tool_use_id = str(event.get("tool_use_id") or "")
+    if not tool_use_id:
+        return None
+    return f"claude-code:{event.get('session_id') or ''}:{tool_use_id}"[:200]
+
+
+def outcome_of(event: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the call went well, and its output as text, cut to ``REPORT_LIMIT``."""
+    if event.get("hook_event_name") == "PostToolUseFailure":
+        interrupted = " (interrupted)" if event.get("is_interrupt") else ""
+        return False, clip(f"{event.get('error') or 'the tool failed'}{interrupted}")
+    response = event.get("tool_response")
+    ok = True
+    if isinstance(response, dict):
+        ok = not response.get("interrupted") and response.get("success", True) is not False
+        if "stdout" in response or "stderr" in response:
+            text = str(response.get("stdout") or "")
+            if response.get("stderr"):
+                text += ("\n" if text else "") + f"[stderr]\n{response['stderr']}"
+            return ok, clip(text)
+    if isinstance(response, str):
+        return ok, clip(response)
+    return ok, clip(json.dumps(response, ensure_ascii=False))
+
+
+def clip(text: str, limit: int = REPORT_LIMIT) -> str:
+    """``text`` within ``limit`` characters: its beginning and its end (where a command's
+    error usually is), with how much was left out between them."""
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    tail = limit - head - 60  # room for the marker
+    marker = f"\n[... {len(text) - head - tail} characters left out ...]\n"
+    return text[:head] + marker + text[-tail:]
+
+
+def _log(message: str) -> None:
+    sys.stderr.write(f"approvals hook: {message}\n")
 
 
 def _ask(event: dict[str, Any], settings: Settings, timeout: float) -> dict[str, Any]:
@@ -86,7 +198,7 @@ def _ask(event: dict[str, Any], settings: Settings, timeout: float) -> dict[str,
             preview=_preview(event)[:10_000],
             schema=schema_of(arguments),
             expires_in=max(timeout, 1.0),
-            idempotency_key=str(event.get("tool_use_id") or "") or None,
+            idempotency_key=idempotency_key_of(event),
         )
         answer = client.wait(made["id"], timeout=timeout)
     return decision_output(answer, arguments)

@@ -10,12 +10,10 @@ history, with the API the run started on, and lets llm execute the pending calls
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import importlib.metadata
 import json
 import logging
 import secrets
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,18 +22,16 @@ import llm
 import redis
 from llm.parts import Message, ToolResultPart
 
-from approvals import grants, llm_log, outcomes, policy, queue, store
+from approvals import automatic, llm_log, outcomes, policy, queue, store
 from approvals.config import Settings
 from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
 from approvals.gate import Gate, Screening, gate_of, released, screened
 from approvals.limits import SIBLING_PREVIEW
 from approvals.models import (
     Approval,
-    DecidedBy,
     Decision,
     DecisionKind,
     SiblingResult,
-    decision_to_dict,
 )
 from approvals.outcomes import Outcome
 from approvals.plugins import (
@@ -59,11 +55,6 @@ from approvals.tools import (
 _LLM_VERSION = importlib.metadata.version("llm")
 
 log = logging.getLogger(__name__)
-
-#: How an automatic decision's actor is written (``rule:<id>``, ``grant:<id>``), beside Slack
-#: ids and ``cli:``.
-RULE_ACTOR_PREFIX = "rule:"
-GRANT_ACTOR_PREFIX = "grant:"
 
 
 __all__ = ["Outcome", "Resumed", "resume", "run_agent", "run_agent_async"]
@@ -482,18 +473,17 @@ def _screen(context: _RunContext, call: llm.ToolCall, gate: Gate) -> Screening:
         requester=context.requested_by or "",
         channel=_channel(gate, context) or "",
     )
-    verdict = policy.evaluate(context.rules, facts)
-    if verdict.error is not None:
-        log.warning("policy rule failed on %s, asking a person: %s", call.name, verdict.error)
-    if verdict.rule is None or verdict.action not in (policy.Action.APPROVE, policy.Action.REJECT):
+    verdict = automatic.judge(context.rules, facts)
+    if not automatic.decides(verdict):
         context.verdicts[call.tool_call_id] = verdict
-        if verdict.action is policy.Action.ASK and verdict.error is None:
+        if automatic.grants_may_decide(verdict):
             return _screen_grants(context, call, gate, verdict)
         return Screening()  # a stricter review, or a rule that failed: a person decides
+    approval = _new_approval(call, [], context, gate, _channel(gate, context) or "")
     try:
-        decision = _decide_by_rule(context, call, gate, verdict, verdict.rule)
+        decision = automatic.record_rule_decision(context.conn, approval, verdict)
     except redis.RedisError:
-        log.exception("could not record rule %s's decision: asking a person", verdict.rule.id)
+        log.exception("could not record rule %s's decision: asking a person", verdict.rule_id)
         return Screening()  # the pause then reports Redis's failure to the caller
     if decision.kind is DecisionKind.APPROVE:
         return Screening(run=True)
@@ -506,106 +496,16 @@ def _screen_grants(
     """Let the call run when a live grant covers it (taking one use), else pause."""
     if not gate.policy.allows_grants:
         return Screening()
-    wanted = grants.Call(
-        tool=call.name,
-        agent=context.agent,
-        requester=context.requested_by or "",
-        arguments=call.arguments,
-        run_id=context.run_id,
-    )
+    approval = _new_approval(call, [], context, gate, _channel(gate, context) or "")
     try:
-        grant = grants.take(context.conn, wanted)
+        grant = automatic.take_grant(context.conn, approval, call.arguments)
         if grant is None:
             return Screening()
-        _decide_by_grant(context, call, gate, grant, verdict)
+        automatic.record_grant_decision(context.conn, context.settings, approval, grant, verdict)
     except redis.RedisError:
         log.exception("could not check the grants of %s: asking a person", call.name)
         return Screening()
     return Screening(run=True)
-
-
-def _decide_by_grant(
-    context: _RunContext,
-    call: llm.ToolCall,
-    gate: Gate,
-    grant: grants.Grant,
-    verdict: policy.Verdict | None,
-) -> None:
-    """Record a grant's use as an approval approved at once (audited with grant and creator)."""
-    decision = Decision(
-        kind=DecisionKind.APPROVE,
-        actor=GRANT_ACTOR_PREFIX + grant.id,
-        actor_name=f"grant {grant.id} of {grant.created_by_name or grant.created_by}",
-        at=time.time(),
-        arguments=dict(call.arguments),
-        decided_by=DecidedBy.GRANT,
-        grant_id=grant.id,
-        grant_creator=grant.created_by,
-    )
-    approval = _new_approval(call, [], context, gate, _channel(gate, context) or "")
-    approval.decision = decision
-    approval.expires_at = approval.created_at
-    events = [store.audit_entry("paused", approval.agent, tool=approval.tool_name)]
-    events += _verdict_events(verdict) if verdict is not None else []
-    events.append(
-        store.audit_entry("approved", decision.actor, grant=grant.id,
-                          grant_creator=grant.created_by, scope=grant.scope.value)
-    )  # fmt: skip
-    encoded = json.dumps(decision_to_dict(decision))
-    store.record_automatic(context.conn, approval, decision.kind.status, encoded, events)
-    if context.settings.grant_notice == "line" and approval.channel:
-        queue.enqueue_grant_line(context.conn, context.settings, approval.id)
-
-
-def _decide_by_rule(
-    context: _RunContext,
-    call: llm.ToolCall,
-    gate: Gate,
-    verdict: policy.Verdict,
-    rule: policy.Rule,
-) -> Decision:
-    """Record a rule's decision as an approval decided at once (audited with the rule's id)."""
-    approve = verdict.action is policy.Action.APPROVE
-    decision = Decision(
-        kind=DecisionKind.APPROVE if approve else DecisionKind.REJECT,
-        actor=RULE_ACTOR_PREFIX + rule.id,
-        actor_name=f"rule {rule.id}",
-        at=time.time(),
-        reason=None if approve else rule.reason,
-        arguments=dict(call.arguments),
-        decided_by=DecidedBy.RULE,
-        rule_id=rule.id,
-    )
-    approval = _new_approval(call, [], context, gate, _channel(gate, context) or "")
-    approval.rule_id = rule.id
-    approval.decision = decision
-    approval.expires_at = approval.created_at
-    events = [store.audit_entry("paused", approval.agent, tool=approval.tool_name)]
-    events += _verdict_events(verdict)
-    events.append(
-        store.audit_entry(
-            decision.kind.status.value, decision.actor, rule=rule.id, reason=decision.reason or ""
-        )
-    )
-    encoded = json.dumps(decision_to_dict(decision))
-    store.record_automatic(context.conn, approval, decision.kind.status, encoded, events)
-    return decision
-
-
-def _verdict_events(verdict: policy.Verdict) -> list[str]:
-    """Audit lines for what the shadow rules would have done, and for a rule that failed."""
-    events = [
-        store.audit_entry("rule_shadow", RULE_ACTOR_PREFIX + r.id, rule=r.id, would=r.action.value)
-        for r in verdict.shadows
-    ]
-    if verdict.error is not None:
-        events.append(store.audit_entry("rule_failed", "system", error=verdict.error))
-    if verdict.rule is not None and verdict.action is policy.Action.REQUIRE:
-        events.append(
-            store.audit_entry("rule_required", RULE_ACTOR_PREFIX + verdict.rule.id,
-                              rule=verdict.rule.id)
-        )  # fmt: skip
-    return events
 
 
 def _channel(gate: Gate, context: _RunContext) -> str | None:
@@ -618,25 +518,7 @@ def _required(
     """Apply a ``require`` rule to the new approval; returns the seconds it may wait (None:
     indefinitely, as the gate's ``expires_in=None`` asks)."""
     waits = None if gate.waits_forever else (gate.expires_in or settings.expires_in)
-    rule = verdict.rule if verdict is not None else None
-    if rule is None or rule.require is None or verdict is None:
-        return waits
-    if verdict.action is not policy.Action.REQUIRE:
-        return waits
-    need = rule.require
-    approval.rule_id = rule.id
-    approval.policy = dataclasses.replace(
-        approval.policy,
-        approvers=need.approvers if need.approvers is not None else approval.policy.approvers,
-        approver_groups=(
-            need.approver_groups
-            if need.approver_groups is not None
-            else approval.policy.approver_groups
-        ),
-        approvals_required=need.approvals_required or approval.policy.approvals_required,
-    )
-    approval.channel = need.channel or approval.channel
-    return need.expires_in or waits
+    return automatic.apply_requirement(approval, verdict, waits)
 
 
 def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext) -> str:
@@ -671,7 +553,7 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
     # One transaction: the approval exists with its card job and its deadlines, or not at all.
     # The run's stream outlives the longest wait for this decision by the outcome's TTL.
     run_ttl = None if waits is None else int(waits) + settings.result_ttl
-    events = _verdict_events(verdict) if verdict is not None else []
+    events = automatic.verdict_events(verdict) if verdict is not None else []
     pipe = store.create(context.conn, approval, history, run_ttl=run_ttl, events=events)
     queue.enqueue_card(context.conn, settings, approval.id, pipeline=pipe)
     if waits is not None:  # expiry never approves; without one the approval waits for people

@@ -519,11 +519,13 @@ def hook_claude_code(
     tools: str, command_pattern: str | None, timeout: float, project_writes_pass: bool
 ) -> None:
     """Claude Code PreToolUse hook: reads the call on stdin, prints allow or deny (never allows
-    on error or timeout). Reads APPROVALS_API_URL and APPROVALS_API_TOKEN."""
+    on error or timeout). As a PostToolUse (or PostToolUseFailure) hook, reports what an
+    approved call did to its card's thread; it never blocks the agent (exit 0, problems on
+    stderr). Reads APPROVALS_API_URL and APPROVALS_API_TOKEN."""
     import re
     import sys
 
-    from api.claude_code import HookRules, deny, run_hook
+    from api.claude_code import HookRules, failure_output, run_hook
 
     raw = sys.stdin.read()
     try:
@@ -534,7 +536,7 @@ def hook_claude_code(
         )
         output = run_hook(raw, Settings.from_env(), rules, timeout)
     except Exception as exc:  # a bad option or setting: deny, never allow
-        output = json.dumps(deny(f"the approvals hook is misconfigured ({exc}); denied"))
+        output = failure_output(raw, str(exc))
     if output:
         click.echo(output)
 

@@ -74,6 +74,13 @@ class Client:
         answer = self._call("GET", "/v1/approvals", params={"status": "pending"})
         return list(answer["approvals"])
 
+    def find(self, idempotency_key: str) -> dict[str, Any] | None:
+        """The approval this agent asked for with ``idempotency_key``, whatever its status
+        (None: none, or it is gone)."""
+        answer = self._call("GET", "/v1/approvals", params={"idempotency_key": idempotency_key})
+        found = list(answer["approvals"])
+        return found[0] if found else None
+
     def close(self) -> None:
         self._http.close()
 

@@ -26,6 +26,11 @@ class ConfigError(ApprovalsError):
     """A required setting is missing or malformed."""
 
 
+class PolicyError(ConfigError):
+    """``APPROVALS_POLICY`` cannot be read or holds a malformed rule: nothing is decided by
+    it, and nothing is asked either (the API answers 503), until it is fixed."""
+
+
 class GateError(ApprovalsError):
     """The tools handed to ``run_agent`` cannot be resumed by a worker."""
 

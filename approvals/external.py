@@ -2,7 +2,8 @@
 
 An external approval is the same record as a paused llm call, so it gets the same card, the
 same rules (approvers and groups, self-approval, quorum, Edit checked against a JSON schema,
-Reject with a reason, Respond), the same expiry and the same audit trail. Only what follows
+Reject with a reason, Respond), the same expiry, reminders and audit trail, and is put to the
+same policy rules and grants first (``automatic``), which may decide it at once. Only what follows
 a decision differs: there is no chain to resume, so ``review`` wakes the caller waiting for
 the answer (``store.wake_caller``) instead of queuing a resume, and the caller reports what it
 then did with ``report_result``, which ends the approval and is shown in the card's thread.
@@ -18,7 +19,7 @@ from typing import Any
 
 import redis
 
-from approvals import queue, store
+from approvals import automatic, policy, queue, store
 from approvals.config import Settings
 from approvals.errors import ConfigError, NotAllowed, UnknownApproval
 from approvals.models import Approval, DecisionKind, Policy, RunResult, Status, ToolRef
@@ -52,28 +53,61 @@ class ExternalRequest:
     approvals_required: int = 1
     reason_required: bool = False
     idempotency_key: str | None = None
+    #: Groups the requests of one task, for the card's "This tool, this run" grant.
+    run_id: str | None = None
+    #: False: the card offers no grant, only "Just this call".
+    grantable: bool = True
+    #: Seconds before the approvers are reminded (0: never; None: ``APPROVALS_REMIND_AFTER``).
+    remind_after: float | None = None
+    #: Seconds before the card is escalated to ``escalate_to`` (None: the settings').
+    escalate_after: float | None = None
+    escalate_to: tuple[str, ...] | None = None
+
+
+#: An API caller's ``run_id`` is kept per agent, so one agent's run never names another's
+#: (nor an ``llm`` run's: those ids are bare hex).
+RUN_PREFIX = "api:"
 
 
 def ask(conn: redis.Redis, settings: Settings, request: ExternalRequest) -> tuple[Approval, bool]:
-    """Create a pending external approval with its card job and expiry, in one transaction.
+    """Ask for a decision, as a paused llm call would be: the policy rules first, then the
+    grants, else a pending approval with its card job, expiry and reminders, in one transaction.
 
-    The same ``idempotency_key`` from the same agent returns the approval it created first.
+    A rule that approves or rejects, or a live grant, decides at once: the approval is written
+    already decided (no card), and the caller's first answer says so. The same
+    ``idempotency_key`` from the same agent returns the approval it created first.
 
     Returns:
         The approval, and whether this call created it.
 
     Raises:
         InvalidArguments: the schema is not one, or the arguments do not fit it.
-        ConfigError: no channel was given and ``APPROVALS_CHANNEL`` is not set.
+        ConfigError: no channel was given and ``APPROVALS_CHANNEL`` is not set; or
+            ``APPROVALS_POLICY`` cannot be read (nothing is asked: fail closed).
     """
     schema = request.schema if request.schema is not None else {"type": "object"}
     validate_arguments(schema, request.arguments)
     channel = request.channel or settings.channel
     if not channel:
         raise ConfigError("missing required setting APPROVALS_CHANNEL: where should the card go?")
+    rules = policy.rules_at(settings.policy_path)
     approval = _new_approval(settings, request, schema, channel)
-    waits = request.expires_in or settings.expires_in
+    verdict = None
+    if rules:
+        facts = policy.Call(
+            agent=approval.agent,
+            tool=approval.tool_name,
+            args=approval.arguments,
+            requester=approval.requested_by or "",
+            channel=channel,
+        )
+        verdict = automatic.judge(rules, facts)
+    waits = automatic.apply_requirement(
+        approval, verdict, request.expires_in or settings.expires_in
+    )
+    assert waits is not None
     approval.expires_at = approval.created_at + waits
+    _reminders(settings, request, approval)
     digest = _key_digest(request.idempotency_key)
     if digest is not None:
         ttl = int(waits) + settings.result_ttl
@@ -81,12 +115,45 @@ def ask(conn: redis.Redis, settings: Settings, request: ExternalRequest) -> tupl
         if first is not None:
             return store.load(conn, first), False
     try:
-        _save(conn, settings, approval)
+        _decide_or_save(conn, settings, approval, verdict)
     except BaseException:
         if digest is not None:  # let a retry of the same key create it
             store.forget_idempotency(conn, request.agent, digest)
         raise
     return approval, True
+
+
+def _decide_or_save(
+    conn: redis.Redis, settings: Settings, approval: Approval, verdict: policy.Verdict | None
+) -> None:
+    if verdict is not None and automatic.decides(verdict):
+        automatic.record_rule_decision(conn, approval, verdict)
+        return
+    if automatic.grants_may_decide(verdict):
+        grant = automatic.take_grant(conn, approval, approval.arguments)
+        if grant is not None:
+            automatic.record_grant_decision(conn, settings, approval, grant, verdict)
+            return
+    events = automatic.verdict_events(verdict) if verdict is not None else []
+    _save(conn, settings, approval, events)
+
+
+def _reminders(settings: Settings, request: ExternalRequest, approval: Approval) -> None:
+    """The reminder and escalation deadlines, from the request, else from the settings."""
+    remind = request.remind_after
+    approval.remind_after = settings.remind_after if remind is None else remind
+    escalate_to = request.escalate_to
+    approval.escalate_to = settings.escalate_to if escalate_to is None else escalate_to
+    escalate = request.escalate_after
+    escalate = settings.escalate_after if escalate is None else escalate
+    approval.escalate_after = escalate if approval.escalate_to else 0.0
+
+
+def run_of(approval: Approval) -> str | None:
+    """The ``run_id`` the caller gave, without the per-agent prefix it is stored with."""
+    if approval.run_id is None:
+        return None
+    return approval.run_id.removeprefix(f"{RUN_PREFIX}{approval.agent}:")
 
 
 def _new_approval(
@@ -112,19 +179,29 @@ def _new_approval(
             approvals_required=request.approvals_required,
             editable=request.editable,
             reason_required=request.reason_required,
+            grantable=request.grantable,
         ),
         secret_arguments=secret_names(names, settings.secret_names),
         external=True,
+        run_id=None if request.run_id is None else f"{RUN_PREFIX}{request.agent}:{request.run_id}",
     )
 
 
-def _save(conn: redis.Redis, settings: Settings, approval: Approval) -> None:
-    pipe = store.create(conn, approval, [])
+def _save(conn: redis.Redis, settings: Settings, approval: Approval, events: list[str]) -> None:
+    """The pending approval, its card job and its deadlines: all of them, or none."""
+    pipe = store.create(conn, approval, [], run_ttl=_run_ttl(settings, approval), events=events)
     queue.enqueue_card(conn, settings, approval.id, pipeline=pipe)
     queue.schedule_expiry(
         conn, settings, approval.id, approval.created_at, approval.expires_at, pipeline=pipe
     )
+    queue.schedule_reminders(
+        pipe, approval.id, approval.created_at, approval.remind_after, approval.escalate_after
+    )
     pipe.execute()
+
+
+def _run_ttl(settings: Settings, approval: Approval) -> int:
+    return int(approval.expires_at - approval.created_at) + settings.result_ttl
 
 
 def _key_digest(key: str | None) -> str | None:
@@ -163,7 +240,9 @@ def report_result(
     entry = store.audit_entry("result_reported", approval.agent, ok=ok, output=output[:2000])
     fields = {"result": json.dumps(_result_to_dict(result))}
     store.transition(conn, approval_id, end, fields, sources=[Status.RUNNING], event=entry)
-    queue.enqueue_publish(conn, settings, approval_id)
+    if decision is None or not decision.automatic:
+        # A rule's or a grant's decision has no card to show it on: the audit trail has it.
+        queue.enqueue_publish(conn, settings, approval_id)
     return store.load(conn, approval_id)
 
 
@@ -181,6 +260,7 @@ def answer(approval: Approval) -> dict[str, Any]:
         "votes": list(approval.votes),
         "expires_at": approval.expires_at,
         "card_url": card_url(approval),
+        "run_id": run_of(approval),
     }
     if decision is not None:
         runs = decision.kind in (DecisionKind.APPROVE, DecisionKind.EDIT)
@@ -192,6 +272,10 @@ def answer(approval: Approval) -> dict[str, Any]:
             "reason": decision.reason,
             "arguments": decision.arguments if runs else None,
             "response": decision.response,
+            # person, rule or grant; a rule's or a grant's decision has no receipt.
+            "decided_by": decision.decided_by.value,
+            "rule_id": decision.rule_id,
+            "grant_id": decision.grant_id,
         }
     if approval.result is not None:
         ok = approval.status is Status.COMPLETED
@@ -204,6 +288,21 @@ def card_url(approval: Approval) -> str | None:
     if approval.card_ts is None:
         return None
     return f"https://slack.com/archives/{approval.channel}/p{approval.card_ts.replace('.', '')}"
+
+
+def by_idempotency_key(conn: redis.Redis, agent: str, key: str) -> Approval | None:
+    """The approval ``agent`` created with ``key``, if it is still kept (the Claude Code hook
+    finds the approval of a call it reports on this way)."""
+    digest = _key_digest(key)
+    assert digest is not None
+    approval_id = store.idempotent_id(conn, agent, digest)
+    if approval_id is None:
+        return None
+    try:
+        approval = store.load(conn, approval_id)
+    except UnknownApproval:
+        return None  # removed by retention, or its creation failed
+    return approval if approval.external and approval.agent == agent else None
 
 
 def pending_of(conn: redis.Redis, agent: str, limit: int = 100) -> list[Approval]:

@@ -5,12 +5,13 @@ of this run, this tool for this agent and requester for some hours, or these exa
 from now on. The approval itself is decided as usual (``review.decide``); the grant is written
 next to it, with its scope, matcher, expiry, creator and the approval it came from.
 
-A grant is checked in the agent's process, where a call would pause (``agent.py``), only when
-no policy rule decided and the gate allows grants: a live matching grant lets the call run at
-once and takes one use in one atomic step, and the call is recorded as an approval decided by
-"grant G of <person>". Only someone who may decide the call may create a grant; a gate can
-forbid grants (``grantable=False``), and quorum gates never allow them. Revoked or expired
-grants match nothing.
+A grant is checked where a call is asked for (``automatic.take_grant``: in the agent's
+process, where a call would pause, and in the API for its requests), only when no policy rule
+decided and the gate (or the API request's ``grantable``) allows grants: a live matching
+grant lets the call run at once and takes one use in one atomic step, and the call is recorded
+as an approval decided by "grant G of <person>". Only someone who may decide the call may
+create a grant; a gate can forbid grants (``grantable=False``), and quorum gates never allow
+them. Revoked or expired grants match nothing.
 """
 
 from __future__ import annotations

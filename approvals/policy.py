@@ -9,9 +9,11 @@ Python expression may not. A rule approves, rejects (its ``reason`` is what the 
 or requires a stricter review (approvers, groups, quorum, expiry, channel).
 
 Everything here fails closed: a file that does not parse stops the process that loads it
-(``ConfigError``), and a rule whose expression fails on a call ends the evaluation with
-"ask a person". A rule in ``mode = "shadow"`` is evaluated and reported but decides nothing.
-The rules are applied in the agent's process, where the call would pause (``agent.py``).
+(``PolicyError``, a ``ConfigError``), and a rule whose expression fails on a call ends the
+evaluation with "ask a person". A rule in ``mode = "shadow"`` is evaluated and reported but
+decides nothing. The rules are applied where a call is asked for: in the agent's process,
+where the call would pause (``agent.py``), and in the API for its requests (``external.py``),
+both through ``automatic.py``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from approvals.errors import ConfigError
+from approvals.errors import PolicyError
 
 
 class Action(StrEnum):
@@ -115,15 +117,15 @@ def load(path: str) -> list[Rule]:
     """The rules of a policy file, every field checked and every expression compiled.
 
     Raises:
-        ConfigError: the file is missing, is not TOML, or a rule is malformed.
+        PolicyError: the file is missing, is not TOML, or a rule is malformed.
     """
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
     except OSError as exc:
-        raise ConfigError(f"APPROVALS_POLICY: cannot read {path}: {exc.strerror}") from None
+        raise PolicyError(f"APPROVALS_POLICY: cannot read {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"APPROVALS_POLICY: {path} is not valid TOML: {exc}") from None
+        raise PolicyError(f"APPROVALS_POLICY: {path} is not valid TOML: {exc}") from None
     return parse(data, path)
 
 
@@ -131,37 +133,37 @@ def parse(data: Mapping[str, Any], source: str = "policy") -> list[Rule]:
     """Rules from already-decoded TOML (``load`` reads the file)."""
     extra = set(data) - {"rule"}
     if extra:
-        raise ConfigError(f"{source}: unknown top-level keys {sorted(extra)} (expected [[rule]])")
+        raise PolicyError(f"{source}: unknown top-level keys {sorted(extra)} (expected [[rule]])")
     raw = data.get("rule", [])
     if not isinstance(raw, list):
-        raise ConfigError(f"{source}: rules are written as [[rule]] tables")
+        raise PolicyError(f"{source}: rules are written as [[rule]] tables")
     rules = [_rule(entry, f"{source}: rule {n + 1}") for n, entry in enumerate(raw)]
     seen: set[str] = set()
     for rule in rules:
         if rule.id in seen:
-            raise ConfigError(f"{source}: two rules have the id {rule.id!r}")
+            raise PolicyError(f"{source}: two rules have the id {rule.id!r}")
         seen.add(rule.id)
     return rules
 
 
 def _rule(entry: Any, where: str) -> Rule:
     if not isinstance(entry, dict):
-        raise ConfigError(f"{where}: not a table")
+        raise PolicyError(f"{where}: not a table")
     unknown = set(entry) - _FIELDS - {"require"}
     if unknown:
-        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+        raise PolicyError(f"{where}: unknown keys {sorted(unknown)}")
     rule_id = _required_text(entry, "id", where)
     where = f"{where} ({rule_id})"
     try:
         action = Action(_required_text(entry, "action", where))
         mode = Mode(_text(entry, "mode", where) or Mode.ENFORCE.value)
     except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise PolicyError(f"{where}: {exc}") from None
     if action is Action.ASK:
-        raise ConfigError(f"{where}: action must be approve, reject or require")
+        raise PolicyError(f"{where}: action must be approve, reject or require")
     require = _requirement(entry.get("require"), where)
     if (require is not None) != (action is Action.REQUIRE):
-        raise ConfigError(f"{where}: a [rule.require] table goes with action = 'require' only")
+        raise PolicyError(f"{where}: a [rule.require] table goes with action = 'require' only")
     when = _text(entry, "when", where)
     program = None
     if when is not None:
@@ -172,7 +174,7 @@ def _rule(entry: Any, where: str) -> Rule:
         try:
             program = cel.compile(when)
         except (ValueError, TypeError, RuntimeError) as exc:
-            raise ConfigError(f"{where}: 'when' is not valid CEL: {exc}") from None
+            raise PolicyError(f"{where}: 'when' is not valid CEL: {exc}") from None
     return Rule(
         id=rule_id,
         action=action,
@@ -192,15 +194,15 @@ def _requirement(raw: Any, where: str) -> Requirement | None:
     if raw is None:
         return None
     if not isinstance(raw, dict) or set(raw) - _REQUIRE_FIELDS:
-        raise ConfigError(f"{where}: [rule.require] takes only {sorted(_REQUIRE_FIELDS)}")
+        raise PolicyError(f"{where}: [rule.require] takes only {sorted(_REQUIRE_FIELDS)}")
     required = raw.get("approvals_required")
     if required is not None and (not isinstance(required, int) or required < 1):
-        raise ConfigError(f"{where}: approvals_required must be a whole number of at least 1")
+        raise PolicyError(f"{where}: approvals_required must be a whole number of at least 1")
     expires_in = raw.get("expires_in")
     if expires_in is not None and (
         isinstance(expires_in, bool) or not isinstance(expires_in, int | float) or expires_in <= 0
     ):
-        raise ConfigError(f"{where}: expires_in must be a positive number of seconds")
+        raise PolicyError(f"{where}: expires_in must be a positive number of seconds")
     return Requirement(
         approvers=_names(raw, "approvers", where),
         approver_groups=_names(raw, "approver_groups", where),
@@ -217,7 +219,7 @@ def _text(entry: Mapping[str, Any], name: str, where: str) -> str | None:
 def _required_text(entry: Mapping[str, Any], name: str, where: str) -> str:
     value = entry.get(name)
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: {name!r} must be a non-empty string")
+        raise PolicyError(f"{where}: {name!r} must be a non-empty string")
     return value
 
 
@@ -226,7 +228,7 @@ def _names(entry: Mapping[str, Any], name: str, where: str) -> tuple[str, ...] |
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{where}: {name!r} must be a list of strings")
+        raise PolicyError(f"{where}: {name!r} must be a list of strings")
     return tuple(value)
 
 
@@ -302,7 +304,7 @@ def rules_at(path: str | None) -> list[Rule]:
     try:
         mtime = os.stat(path).st_mtime
     except OSError as exc:
-        raise ConfigError(f"APPROVALS_POLICY: cannot read {path}: {exc.strerror}") from None
+        raise PolicyError(f"APPROVALS_POLICY: cannot read {path}: {exc.strerror}") from None
     cached = _cache.get(path)
     if cached is not None and cached[0] == mtime:
         return cached[1]

@@ -885,6 +885,11 @@ def claim_idempotency(
     return _text(conn.get(key)) or None
 
 
+def idempotent_id(conn: redis.Redis, agent: str, digest: str) -> str | None:
+    """The approval an idempotency key of ``agent`` created (None: none, or its TTL passed)."""
+    return _text(conn.get(idempotency_key(agent, digest))) or None
+
+
 def forget_idempotency(conn: redis.Redis, agent: str, digest: str) -> None:
     conn.delete(idempotency_key(agent, digest))
 

@@ -10,7 +10,14 @@ from typing import Any, TypeVar
 import redis
 
 from approvals import store
-from approvals.cards import APPROVE_ACTION, EDIT_ACTION, REJECT_ACTION, RESPOND_ACTION
+from approvals.cards import (
+    APPROVE_ACTION,
+    APPROVE_SCOPE_ACTION,
+    EDIT_ACTION,
+    REJECT_ACTION,
+    RESPOND_ACTION,
+)
+from approvals.grants import Scope
 from approvals.models import Approval, Status
 from bot.modals import (
     EDIT_VIEW,
@@ -81,6 +88,36 @@ def click(
         response_url=slack.new_response_url(),
     )
     return send_interaction(bot_url, SIGNING_SECRET, payload)
+
+
+def choose_scope(
+    bot_url: str, approval_id: str, scope: Scope, card_ts: str, user: str = "UALICE"
+) -> int:
+    """Pick ``scope`` in the card's menu beside Approve (approve, and grant what it covers)."""
+    payload = block_actions_payload(
+        user_id=user, action_id=APPROVE_SCOPE_ACTION, value="", message_ts=card_ts
+    )
+    payload["actions"][0] = {
+        "type": "static_select",
+        "action_id": APPROVE_SCOPE_ACTION,
+        "block_id": f"decide-{approval_id}",
+        "selected_option": {"value": f"{approval_id}:{scope.value}"},
+        "action_ts": f"{time.time():.6f}",
+    }
+    status, _ = send_interaction(bot_url, SIGNING_SECRET, payload)
+    return status
+
+
+def scope_labels(message: Message) -> list[str]:
+    """The options of the card's menu beside Approve (empty: it offers none)."""
+    return [
+        option["text"]["text"]
+        for block in message.blocks
+        if block.get("type") == "actions"
+        for element in block.get("elements", [])
+        if element.get("action_id") == APPROVE_SCOPE_ACTION
+        for option in element.get("options", [])
+    ]
 
 
 def select(value: str) -> dict[str, Any]:

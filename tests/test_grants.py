@@ -22,10 +22,9 @@ from approvals.store import Page
 from bot.pending import build_home
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, deploy, list_files, wipe_disk
-from tests.conftest import CHANNEL, SIGNING_SECRET, wait_until
-from tests.e2e import action_blocks, card_of, tool_runs, wait_status
+from tests.conftest import CHANNEL, wait_until
+from tests.e2e import action_blocks, card_of, choose_scope, tool_runs, wait_status
 from tests.factories import make_approval
-from tests.slack_requests import block_actions_payload, send_interaction
 
 TOOLS = [list_files, delete_path, deploy, wipe_disk]
 
@@ -181,27 +180,12 @@ def test_home_lists_live_grants_with_revoke(env, conn):
     assert button["action_id"] == REVOKE_GRANT_ACTION
 
 
-def _choose_scope(bot_url: str, approval_id: str, scope: Scope, card_ts: str) -> int:
-    payload = block_actions_payload(
-        user_id="UALICE", action_id=APPROVE_SCOPE_ACTION, value="", message_ts=card_ts
-    )
-    payload["actions"][0] = {
-        "type": "static_select",
-        "action_id": APPROVE_SCOPE_ACTION,
-        "block_id": f"decide-{approval_id}",
-        "selected_option": {"value": f"{approval_id}:{scope.value}"},
-        "action_ts": f"{time.time():.6f}",
-    }
-    status, _ = send_interaction(bot_url, SIGNING_SECRET, payload)
-    return status
-
-
 def test_choosing_a_scope_on_the_card_approves_and_grants(services, slack, env, conn):
     """End to end: the card's menu approves the call (the worker runs it) and the grant lets
     the agent's next call run at once, with no new card."""
     pause_id = _paused()
     card = card_of(slack, pause_id)
-    assert _choose_scope(services.bot_url, pause_id, Scope.HOURS_1, card.ts) == 200
+    assert choose_scope(services.bot_url, pause_id, Scope.HOURS_1, card.ts) == 200
     wait_status(conn, pause_id, Status.COMPLETED)
     (grant,) = grants.list_grants(conn)
     assert (grant.created_by, grant.approval_id) == ("UALICE", pause_id)

@@ -26,6 +26,46 @@ from tests.processes import (
 )
 from tests.slack_standin import SlackStandIn
 
+#: The stack's APPROVALS_POLICY. Every rule names an agent only tests/api/test_rules.py uses,
+#: so the other tests' requests are asked of a person as before.
+POLICY = """
+[[rule]]
+id = "docs-are-fine"
+agent = "rules-approve"
+tool = "publish"
+when = 'args.path.startsWith("docs/")'
+action = "approve"
+
+[[rule]]
+id = "prod-is-frozen"
+agent = "rules-reject"
+when = 'args.env == "prod"'
+action = "reject"
+reason = "prod is frozen until Monday"
+
+[[rule]]
+id = "would-reject"
+agent = "rules-shadow"
+action = "reject"
+mode = "shadow"
+
+[[rule]]
+id = "two-sres"
+agent = "rules-require"
+action = "require"
+[rule.require]
+approvers = ["UALICE", "UBOB"]
+approvals_required = 2
+expires_in = 120
+channel = "C0PROD"
+
+[[rule]]
+id = "needs-a-ticket"
+agent = "rules-broken"
+when = 'args.ticket.startsWith("OPS-")'
+action = "approve"
+"""
+
 
 @dataclass
 class Stack:
@@ -55,6 +95,7 @@ def stack(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Stack]:
     folder = tmp_path_factory.mktemp("api-stack")
+    (folder / "policy.toml").write_text(POLICY)
     env = {
         "REDIS_URL": redis_server.new_db(),
         "SLACK_BOT_TOKEN": BOT_TOKEN,
@@ -64,6 +105,7 @@ def stack(
         "APPROVALS_TOOL_MODULES": "tests.agents",
         "LLM_USER_PATH": str(folder / "llm"),
         "APPROVALS_WARN_BEFORE": "0",
+        "APPROVALS_POLICY": str(folder / "policy.toml"),
     }
     for name in ("SLACK_APP_TOKEN", "APPROVERS", "APPROVALS_WORKER_CLASS"):
         os.environ.pop(name, None)

@@ -183,7 +183,9 @@ def test_the_openapi_document_is_served(stack: Stack) -> None:
         "/v1/approvals/{approval_id}",
         "/v1/approvals/{approval_id}/result",
     }
-    assert "schema" in doc["components"]["schemas"]["ApprovalBody"]["properties"]
+    properties = doc["components"]["schemas"]["ApprovalBody"]["properties"]
+    assert {"schema", "run_id", "grantable", "remind_after", "escalate_after"} <= set(properties)
+    assert "escalate_to" in properties and "description" in properties["run_id"]
 
 
 _json_values = st.recursive(

@@ -9,10 +9,20 @@ import re
 import subprocess
 from typing import Any
 
-from api.claude_code import HookRules, run_hook
+from api.claude_code import REPORT_LIMIT, HookRules, clip, idempotency_key_of, run_hook
+from approvals import store
 from approvals.config import Settings
+from approvals.models import Status
 from tests.api.conftest import Stack
-from tests.e2e import card_of, click, submit_edit, submit_reject
+from tests.e2e import (
+    block_text,
+    card_of,
+    click,
+    reply_containing,
+    submit_edit,
+    submit_reject,
+    wait_status,
+)
 from tests.processes import ROOT, approvals_command, free_port, wait_until
 
 
@@ -123,3 +133,97 @@ def test_rules_timeout_and_bad_input(stack: Stack) -> None:
     for garbage in ("not json", "[1, 2]", ""):
         bad = json.loads(run_hook(garbage, settings, rules, 1))
         assert bad["hookSpecificOutput"]["permissionDecision"] == "deny"
+
+
+def _post(
+    stack: Stack, token: str, event: dict[str, Any], *args: str, url: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``approvals hook claude-code`` run as Claude Code's PostToolUse hook (it must exit 0)."""
+    env = {**stack.env, "APPROVALS_API_URL": url or stack.api_url, "APPROVALS_API_TOKEN": token}
+    done = subprocess.run(
+        approvals_command("hook", "claude-code", *args),
+        input=json.dumps(event),
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        timeout=30,
+    )
+    assert (done.returncode, done.stdout) == (0, ""), done
+    return done
+
+
+def _after(event: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """The PostToolUse (or PostToolUseFailure) input for the call ``event`` asked about."""
+    return {**event, "hook_event_name": "PostToolUse", **fields}
+
+
+def test_post_tool_use_reports_what_the_approved_command_did(stack: Stack) -> None:
+    """After an approved command ran, PostToolUse posts its output (clipped: beginning and
+    end) as the result: it shows in the card's thread and the audit trail, once."""
+    token = stack.token("claude-code-post")
+    asked = _event("rm -rf build/cache", session_id="sess-post")
+    hook = _hook(stack, token, asked)
+    found = wait_until(lambda: stack.client(token).pending(), 20, "the card")
+    card = card_of(stack.slack, found[0]["id"])
+    click(stack.slack, stack.bot_url, "approve", found[0]["id"], card_ts=card.ts)
+    assert _output(hook)["permissionDecision"] == "allow"
+
+    listing = "".join(f"removed build/cache/file{n}.o\n" for n in range(500))
+    response = {"stdout": listing + "removed 500 files", "stderr": "", "interrupted": False}
+    _post(stack, token, _after(asked, tool_response=response))
+    reply = reply_containing(stack.slack, card.ts, "removed 500 files")
+    assert "characters left out" in block_text(reply)
+    approval = store.load(stack.conn, found[0]["id"])
+    assert approval.status is Status.COMPLETED
+    assert approval.result is not None and len(approval.result.tool_output or "") <= REPORT_LIMIT
+    (reported,) = [
+        e for e in store.audit_trail(stack.conn, approval.id) if e["event"] == "result_reported"
+    ]
+    assert reported["ok"] == "true"  # audit details are text
+    again = _post(stack, token, _after(asked, tool_response=response))  # Claude Code retried
+    assert again.stderr == ""  # reported already: left alone, quietly
+    assert store.load(stack.conn, approval.id).status is Status.COMPLETED
+
+
+def test_post_tool_use_failure_reports_an_error(stack: Stack) -> None:
+    """PostToolUseFailure after an approved command: reported as failed, with the error."""
+    token = stack.token("claude-code-post-failure")
+    asked = _event("rm -rf /var/cache/app", session_id="sess-fail")
+    hook = _hook(stack, token, asked)
+    found = wait_until(lambda: stack.client(token).pending(), 20, "the card")
+    card = card_of(stack.slack, found[0]["id"])
+    click(stack.slack, stack.bot_url, "approve", found[0]["id"], card_ts=card.ts)
+    assert _output(hook)["permissionDecision"] == "allow"
+    failed = {**asked, "hook_event_name": "PostToolUseFailure", "error": "Permission denied"}
+    _post(stack, token, failed)
+    reply_containing(stack.slack, card.ts, "Permission denied")
+    assert wait_status(stack.conn, found[0]["id"], Status.FAILED).result is not None
+
+
+def test_post_tool_use_never_stands_in_the_way(stack: Stack) -> None:
+    """A call that needed no approval, one never asked about, and an API that is down: exit
+    0 with no output every time, nothing asked or reported, and the reason on stderr."""
+    token = stack.token("claude-code-post-quiet")
+    client = stack.client(token)
+    unneeded = _after(_event("ls -la"), tool_response={"stdout": "a b", "stderr": ""})
+    assert _post(stack, token, unneeded, "--command-pattern", r"\brm\b").stderr == ""
+    never_asked = _after(_event("rm -rf nothing"), tool_response={"stdout": "", "stderr": ""})
+    assert _post(stack, token, never_asked).stderr == ""
+    down = _post(stack, token, never_asked, url=f"http://127.0.0.1:{free_port()}")
+    assert "could not report the result" in down.stderr
+    bad_option = _post(stack, token, never_asked, "--tools", "(")
+    assert "misconfigured" in bad_option.stderr
+    assert client.pending() == [] and client.find("claude-code:sess-1:x") is None
+
+
+def test_clip_keeps_the_beginning_and_the_end() -> None:
+    """Long output is cut to REPORT_LIMIT, keeping both ends; the key is per session and call."""
+    text = "a" * 3000 + "b" * 3000
+    clipped = clip(text)
+    assert len(clipped) <= REPORT_LIMIT
+    assert clipped.startswith("a" * (REPORT_LIMIT // 4))
+    assert clipped.endswith("b" * (REPORT_LIMIT // 2))
+    assert clip("short") == "short"
+    assert idempotency_key_of({"session_id": "s", "tool_use_id": "t"}) == "claude-code:s:t"
+    assert idempotency_key_of({"session_id": "s"}) is None
