@@ -275,6 +275,13 @@ class Approval:
         return tuple(target for target in self.escalate_to if target.startswith("S"))
 
     @property
+    def escalated_channels(self) -> tuple[str, ...]:
+        """Channels whose members may decide too, once the card was posted there."""
+        if self.escalated_at is None:
+            return ()
+        return tuple(target for target in self.escalate_to if not target.startswith("S"))
+
+    @property
     def tool(self) -> ToolRef:
         """The gated tool's reference."""
         for ref in self.tools:

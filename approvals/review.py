@@ -44,7 +44,8 @@ log = logging.getLogger(__name__)
 CLI_ACTOR_PREFIX = "cli:"
 SYSTEM_ACTOR = "system"
 
-#: Resolves a Slack user group id to its members (the bot passes a cached Slack lookup).
+#: Resolves a Slack user group id (``S...``) or channel id to its members (the bot passes a
+#: cached Slack lookup; one that fails answers nobody, so the check fails closed).
 GroupMembers = Callable[[str], Collection[str]]
 
 
@@ -68,8 +69,8 @@ def refusal(
     groups = settings.approver_groups if policy.approver_groups is None else policy.approver_groups
     if not approvers and not groups:
         return None
-    # Once escalated, the members of the groups it went to may decide too.
-    groups = (*groups, *approval.escalated_groups)
+    # Once escalated, the members of the groups and channels it went to may decide too.
+    groups = (*groups, *approval.escalated_groups, *approval.escalated_channels)
     if actor in approvers or any(actor in members_of(group) for group in groups):
         return None
     return "you are not one of the approvers for this request"

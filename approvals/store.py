@@ -10,6 +10,7 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:lease:<id>      string  held (with a TTL) by the worker running the resume
     approvals:lock:<id>:<what> string a short lock on one piece of work (posting the card)
     approvals:usergroup:<id>  string  cached members of a Slack user group (JSON list, TTL)
+    approvals:channel-members:<id> string  cached members of an escalation channel (JSON, TTL)
     approvals:audit:<id>      list    what happened to the approval (JSON lines: event, actor, at,
                                       prev: the SHA-256 of the line before, a chain per approval)
     approvals:events          list    the outbox: one entry per state change, for the webhooks
@@ -1073,6 +1074,22 @@ def cached_group(conn: redis.Redis, group_id: str) -> list[str] | None:
 
 def cache_group(conn: redis.Redis, group_id: str, members: list[str], ttl: int) -> None:
     conn.set(f"{PREFIX}usergroup:{group_id}", json.dumps(members), ex=ttl)
+
+
+def channel_members_key(channel: str) -> str:
+    return f"{PREFIX}channel-members:{channel}"
+
+
+def cached_channel(conn: redis.Redis, channel: str) -> list[str] | None:
+    """Members of a Slack channel as last fetched, or None when not cached."""
+    members = _json(cast(bytes | None, conn.get(channel_members_key(channel))))
+    if isinstance(members, list) and all(isinstance(m, str) for m in members):
+        return members
+    return None
+
+
+def cache_channel(conn: redis.Redis, channel: str, members: list[str], ttl: int) -> None:
+    conn.set(channel_members_key(channel), json.dumps(members), ex=ttl)
 
 
 def seen_key(signature: str) -> str:
