@@ -34,7 +34,6 @@ from approvals.models import (
     Approval,
     Decision,
     DecisionKind,
-    OnReject,
     Status,
     decision_from_dict,
     decision_to_dict,
@@ -163,20 +162,23 @@ def _call_of(approval: Approval) -> GatedCall:
 
 def compose(run_id: str, approvals: list[Approval]) -> Outcome:
     """The run's state as its approval records tell it (the latest one decides the status)."""
-    calls = tuple(_call_of(a) for a in approvals)
+    # A turn's calls share one card and one resume: each is a call of the run, in order.
+    calls = tuple(_call_of(c) for a in approvals for c in (a.turn_calls or (a,)))
     last = approvals[-1]
     common: dict[str, Any] = {"run_id": run_id, "pause_id": last.id, "calls": calls}
-    decision, result = last.decision, last.result
-    if last.status is Status.PENDING:
+    turn = last.turn_calls
+    if last.status is Status.PENDING or any(c.status is Status.PENDING for c in turn):
         return Outcome("paused", **common)
+    if last.status in DECIDED:  # a turn stopped by one of its calls (none of it ran)
+        last = next((c for c in turn if c.stops_run), last)
+    decision, result = last.decision, last.result
     if last.status is Status.COMPLETED and result is not None:
         return Outcome("completed", text=result.text, **common)
     if last.status is Status.FAILED and result is not None:
         return Outcome("failed", reason=result.error, **common)
     if last.status is Status.PAUSED and result is not None and result.next_approval_id:
         return Outcome("paused", **{**common, "pause_id": result.next_approval_id})
-    stopped = last.status in (Status.REJECTED, Status.EXPIRED)
-    if stopped and last.policy.on_reject is OnReject.STOP and decision is not None:
+    if last.stops_run and decision is not None:
         if decision.kind is DecisionKind.EXPIRE:
             why = "the approval expired without a decision"
         else:

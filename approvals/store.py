@@ -583,8 +583,12 @@ def create(
     history: list[dict[str, Any]],
     run_ttl: int | None = 0,
     events: Sequence[str] = (),
+    *,
+    pipeline: Any = None,
+    in_run: bool = True,
 ) -> Any:
-    """Queue the writes that create a pending approval on a transactional pipeline.
+    """Queue the writes that create a pending approval on a transactional pipeline (a new
+    one, or ``pipeline`` when several approvals are created together: the calls of a turn).
 
     ``events`` are audit lines (``audit_entry``) that follow its first one, "paused".
 
@@ -594,8 +598,10 @@ def create(
     the run's stream: a stream's first entry allocates a node of kilobytes, which every waiting
     approval would carry).
     """
-    pipe = conn.pipeline(transaction=True)
-    pipe.multi()  # explicit, so RQ's enqueue(pipeline=...) joins this transaction
+    pipe = pipeline
+    if pipe is None:
+        pipe = conn.pipeline(transaction=True)
+        pipe.multi()  # explicit, so RQ's enqueue(pipeline=...) joins this transaction
     pipe.hset(
         approval_key(approval.id),
         # Compact: it is kept for every waiting approval, so its size is Redis's memory.
@@ -604,14 +610,15 @@ def create(
             "status": Status.PENDING.value,
         },
     )
-    pipe.set(history_key(approval.id), json.dumps(history))
+    if history or in_run:
+        pipe.set(history_key(approval.id), json.dumps(history))
     pipe.zadd(PENDING_KEY, {approval.id: approval.created_at})
     first = audit_entry("paused", approval.agent, tool=approval.tool_name)
     lines, outbox = _new_trail(approval.id, [first, *events])
     pipe.rpush(audit_key(approval.id), *lines)
     if outbox:
         pipe.rpush(EVENTS_KEY, *outbox)
-    if approval.run_id is not None:
+    if approval.run_id is not None and in_run:
         pipe.rpush(run_pauses_key(approval.run_id), approval.id)
         if run_ttl is None:  # it waits indefinitely, and so may its run's waiters
             pipe.persist(run_pauses_key(approval.run_id))
@@ -902,11 +909,51 @@ def count_request(conn: redis.Redis, token_id: str, now: float) -> int:
 
 
 def load(conn: redis.Redis, approval_id: str) -> Approval:
-    """Read an approval (without its history); ``UnknownApproval`` or ``CorruptRecord``."""
+    """Read an approval (without its history); ``UnknownApproval`` or ``CorruptRecord``.
+
+    A call that shares its turn's card comes with every call of the turn (``turn_calls``),
+    read just after it, so the card drawn from any of them lists them all.
+    """
     raw = cast(dict[bytes, bytes], conn.hgetall(approval_key(approval_id)))
     if not raw:
         raise UnknownApproval(approval_id)
-    return _from_hash(approval_id, raw)
+    return _with_turn(conn, _from_hash(approval_id, raw))
+
+
+def _with_turn(conn: redis.Redis, approval: Approval) -> Approval:
+    if approval.in_turn:
+        approval.turn_calls = tuple(_load_many(conn, list(approval.turn)))
+    return approval
+
+
+# KEYS: the hashes of every approval of a turn, its lead's first. ARGV: the flag.
+_TURN_SETTLED_LUA = """
+for i = 1, #KEYS do
+  local status = redis.call('HGET', KEYS[i], 'status')
+  if (not status) or status == 'pending' then return 0 end
+end
+return redis.call('HSETNX', KEYS[1], ARGV[1], '1')
+"""
+
+#: Set on a turn's lead by the one decision that settled the turn's last call.
+TURN_SETTLED = "turn_settled"
+
+
+def settle_turn(conn: redis.Redis, turn: Sequence[str]) -> bool:
+    """True for exactly one caller, the first to find every call of the turn decided (or
+    expired): that caller queues the turn's one resume. Each decision calls it after its
+    own compare-and-set, so the last of two simultaneous decisions always finds both."""
+    return bool(eval_script(conn, _TURN_SETTLED_LUA, [approval_key(i) for i in turn],
+                            [TURN_SETTLED]))  # fmt: skip
+
+
+def turn_pending(conn: redis.Redis, turn: Sequence[str]) -> list[str]:
+    """The calls of a turn still waiting for a decision."""
+    pipe = conn.pipeline(transaction=False)
+    for approval_id in turn:
+        pipe.hget(approval_key(approval_id), "status")
+    return [i for i, s in zip(turn, pipe.execute(), strict=True)
+            if _text(s) in ("", Status.PENDING.value)]  # fmt: skip
 
 
 def _from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
@@ -950,7 +997,7 @@ def load_with_history(conn: redis.Redis, approval_id: str) -> tuple[Approval, by
     raw, history = pipe.execute()
     if not raw:
         raise UnknownApproval(approval_id)
-    return _from_hash(approval_id, raw), history
+    return _with_turn(conn, _from_hash(approval_id, raw)), history
 
 
 def _load_many(conn: redis.Redis, ids: list[str]) -> list[Approval]:
@@ -1126,7 +1173,7 @@ def record_card(conn: redis.Redis, approval_id: str, card_ts: str) -> tuple[bool
     recorded, raw = pipe.execute()
     if not raw:
         raise UnknownApproval(approval_id)
-    return bool(recorded), _from_hash(approval_id, raw)
+    return bool(recorded), _with_turn(conn, _from_hash(approval_id, raw))
 
 
 def lock(conn: redis.Redis, approval_id: str, purpose: str, ttl: int) -> bool:
