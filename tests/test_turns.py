@@ -117,8 +117,8 @@ def test_three_gated_calls_decided_on_one_card_in_mixed_ways(services, slack, en
 
 
 def test_approve_all_decides_every_waiting_call_and_resumes_once(services, slack, env, conn):
-    """ "Approve all": each call approved on its own, the run resumes once, every tool runs
-    once; a second "Approve all" changes nothing."""
+    """Approve all: each call approved on its own, the run resumes once, every tool runs
+    once; a second click on it changes nothing."""
     lead, turn = _pause(conn)
     card = card_of(slack, lead)
     assert _click_turn(slack, services.bot_url, APPROVE_ALL_ACTION, lead, card.ts) == 200
@@ -139,8 +139,8 @@ def test_approve_all_decides_every_waiting_call_and_resumes_once(services, slack
 
 
 def test_reject_all_cancels_every_call_and_the_model_is_told(services, slack, env, conn):
-    """ "Reject all": nothing runs; the model receives a cancellation for each call."""
-    lead, turn = _pause(conn)
+    """Reject all: nothing runs; the model receives a cancellation for each call."""
+    lead, _ = _pause(conn)
     card = card_of(slack, lead)
     assert _click_turn(slack, services.bot_url, REJECT_ALL_ACTION, lead, card.ts) == 200
     wait_status(conn, lead, Status.COMPLETED)

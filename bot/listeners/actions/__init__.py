@@ -171,8 +171,9 @@ def handle_bulk(
 def handle_turn(
     body: dict[str, Any], context: dict[str, Any], client: WebClient, respond: Respond
 ) -> None:
-    """ "Approve all" / "Reject all" on a turn's card: every call of the turn still waiting,
-    each checked and decided on its own (``decide_many``); say what was refused."""
+    """The "Approve all" / "Reject all" buttons of a turn's card: every call of the turn
+    still waiting, each checked and decided on its own (``decide_many``); say what was
+    refused."""
     runtime = runtime_of(context)
     clicked = _clicked(body)
     if clicked is None:
