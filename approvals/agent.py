@@ -717,14 +717,15 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
     lead = made[0][0]
     if len(made) > 1:
         # One card for the turn: it goes where the lead's goes, and every call of it knows
-        # the others (``Approval.turn``); reminders and escalation follow the lead's card.
+        # the others (``Approval.turn``). Each call keeps the lead's reminder and escalation
+        # times; the first call still waiting acts for the card (``reminders.acts_for_card``).
         turn = tuple(a.id for a, _, _ in made)
         for approval, _, _ in made:
             approval.turn = turn
             approval.channel = lead.channel
-            if approval is not lead:
-                approval.remind_after = approval.escalate_after = 0.0
-                approval.escalate_to = lead.escalate_to
+            approval.remind_after = lead.remind_after
+            approval.escalate_after = lead.escalate_after
+            approval.escalate_to = lead.escalate_to
     # One transaction: the approvals exist with the card job and their deadlines, or not at
     # all. The run's stream outlives the longest wait for a decision by the outcome's TTL.
     pipe = None

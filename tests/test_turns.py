@@ -256,3 +256,30 @@ def test_async_chains_share_one_card_too(services, slack, env, conn):
     wait_status(conn, turn[0], Status.COMPLETED)
     assert sorted(r["arguments"]["slug"] for r in tool_runs(env, "publish_post")) == ["a", "b"]
     assert len(model_calls(env)) == 2
+
+
+@pytest.mark.service_env(APPROVERS="UALICE")
+def test_a_turn_is_escalated_once_and_the_channel_decides_the_rest(
+    services, slack, env, conn, monkeypatch
+):
+    """The lead decided, another call still waiting: that call speaks for the card, so the
+    turn's card is escalated once, every call marked escalated, and a member of the
+    escalation channel decides the waiting call there; the run then resumes once."""
+    monkeypatch.setenv("APPROVALS_ESCALATE_AFTER", "3")
+    monkeypatch.setenv("APPROVALS_ESCALATE_TO", "C0ESC")
+    slack.channel_members["C0ESC"] = ["UDAVE"]
+    prompt = script(
+        calls(("delete_path", {"path": "a"}), ("delete_path", {"path": "b"})), say("ok")
+    )
+    lead, turn = _pause(conn, prompt)
+    card = card_of(slack, lead)
+    click(slack, services.bot_url, "approve", lead, "UALICE", card.ts)
+    wait_status(conn, lead, Status.APPROVED)
+    (escalated,) = wait_until(lambda: slack.messages("C0ESC"), 20, "the escalated card")
+    assert approve_values(escalated.blocks) == [turn[1]]  # the turn's card, as it stands
+    assert all(store.load(conn, i).escalated_at is not None for i in turn)
+    click(slack, services.bot_url, "approve", turn[1], "UDAVE", escalated.ts)
+    wait_status(conn, lead, Status.COMPLETED)
+    assert store.load(conn, turn[1]).decision.actor == "UDAVE"
+    assert settled(lambda: len(slack.messages("C0ESC"))) == 1
+    assert _resumes(conn, lead) == 1 and len(tool_runs(env)) == 2

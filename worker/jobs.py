@@ -159,7 +159,11 @@ def remind_approvers(approval_id: str) -> None:
     following = reminders.next_reminder_at(approval, round_)
     if following is not None:  # first, so a failed post does not end the reminders
         store.add_deadline(conn, queue.REMIND_DEADLINE, approval_id, following)
-    if not store.claim(conn, approval_id, f"reminded_{round_}"):
+    pending = store.turn_pending(conn, approval.turn) if approval.in_turn else [approval_id]
+    if not reminders.acts_for_card(approval, pending):
+        return  # an earlier call of the turn still waits: its reminder speaks for the card
+    # Claimed on the card's approval (the turn's lead), so each round is sent once per card.
+    if not store.claim(conn, approval.turn_lead, f"reminded_{round_}"):
         return
     client = _client()
     people = reminders.approvers_to_remind(
@@ -176,15 +180,24 @@ def escalate_approval(approval_id: str) -> None:
     approval = store.load(conn, approval_id)
     if approval.status is not Status.PENDING or not approval.escalate_to:
         return
-    if not store.claim(conn, approval_id, "escalated"):
+    pending = store.turn_pending(conn, approval.turn) if approval.in_turn else [approval_id]
+    if not reminders.acts_for_card(approval, pending):
+        return  # an earlier call of the turn still waits: its escalation speaks for the card
+    # The whole card is escalated: every call of a turn, claimed on the card's approval.
+    whole = list(approval.turn) if approval.in_turn else [approval_id]
+    if not store.claim(conn, approval.turn_lead, "escalated"):
         return
+    for call_id in whole:
+        if call_id != approval.turn_lead:
+            store.claim(conn, call_id, "escalated")
     approval = store.load(conn, approval_id)  # with its escalation time, for the cards
     channels = reminders.escalation_channels(approval)
     try:
         slack.escalate(_client(), approval, channels, reminders.escalation_groups(approval))
     except Exception:
         # Slack refused or was away: try again shortly, as a deadline like the first.
-        store.release(conn, approval_id, "escalated")
+        for call_id in whole:
+            store.release(conn, call_id, "escalated")
         store.add_deadline(conn, queue.ESCALATE_DEADLINE, approval_id, time.time() + 30)
         raise
     store.audit(conn, approval_id, "escalated", "system", to=list(approval.escalate_to))
