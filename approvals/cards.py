@@ -179,7 +179,7 @@ def build_turn_card(calls: tuple[Approval, ...]) -> list[Block]:
         )
         blocks.append({"type": "actions", "block_id": f"turn-{lead.id}",
                        "elements": [approve, reject]})  # fmt: skip
-    blocks.extend(_turn_run_state(lead, waiting))
+    blocks.extend(_turn_run_state(calls, waiting))
     return blocks
 
 
@@ -196,13 +196,14 @@ def _turn_call_state(call: Approval) -> Block:
     return _context(line, f"state-{call.id}-{kind.value}")
 
 
-def _turn_run_state(lead: Approval, waiting: list[Approval]) -> list[Block]:
+def _turn_run_state(calls: tuple[Approval, ...], waiting: list[Approval]) -> list[Block]:
     """Where the turn's run stands: waiting, resuming, or how the resume ended."""
+    lead = calls[0]
     if waiting:
         return [_context(f"{_STATUS_LINE[Status.PENDING]}: {len(waiting)} of the calls. The "
                          "run resumes once every call is decided.")]  # fmt: skip
     if lead.status in DECIDED:
-        if any(c.stops_run for c in lead.turn_calls):
+        if any(c.stops_run for c in calls):
             return [_context("The run was stopped here, as a call's gate asks (on_reject=stop).",
                              f"run-{lead.id}-stopped")]  # fmt: skip
         return [_context("Every call is decided: the run resumes.", f"run-{lead.id}-decided")]

@@ -295,6 +295,8 @@ def retry(
     ).ok:
         raise NotAllowed("someone else retried it first")
     store.audit(conn, approval_id, "retried", actor, receipt=signed.get("receipt", ""))
+    if approval.in_turn:  # the turn's other calls ran in the same resume: they run again too
+        store.clear_tool_marks(conn, approval.turn[1:])
     queue.enqueue_resume(conn, settings, approval_id, again=True)
     return store.load(conn, approval_id)
 

@@ -506,6 +506,14 @@ def mark_tool_started(conn: redis.Redis, approval_id: str) -> bool:
     return bool(eval_script(conn, _TOOL_STARTED_LUA, keys, args))
 
 
+def clear_tool_marks(conn: redis.Redis, approval_ids: Sequence[str]) -> None:
+    """Forget that these calls' tools started (a Retry of their turn runs them once more)."""
+    pipe = conn.pipeline(transaction=True)
+    for approval_id in approval_ids:
+        pipe.hdel(approval_key(approval_id), "tool_started", "tool_finished")
+    pipe.execute()
+
+
 def bucket_name(value: float) -> str:
     """A bucket bound as its field names spell it (``0.005``, ``60``, ``+Inf``)."""
     return "+Inf" if value == float("inf") else f"{value:g}"

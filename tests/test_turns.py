@@ -283,3 +283,26 @@ def test_a_turn_is_escalated_once_and_the_channel_decides_the_rest(
     assert store.load(conn, turn[1]).decision.actor == "UDAVE"
     assert settled(lambda: len(slack.messages("C0ESC"))) == 1
     assert _resumes(conn, lead) == 1 and len(tool_runs(env)) == 2
+
+
+def test_a_call_whose_gate_stops_the_run_stops_the_whole_turn(services, slack, env, conn):
+    """on_reject="stop" on one call: once the turn is settled, the run ends stopped, none of
+    the turn runs, and the outcome says who stopped it and why."""
+    prompt = script(
+        calls(("delete_path", {"path": "a"}), ("drop_table", {"name": "users"})), say("ok")
+    )
+    outcome = run_agent("scripted", prompt, tools=[*TOOLS, tools.drop_table])
+    lead = outcome.pause_id
+    assert lead is not None
+    turn = store.load(conn, lead).turn
+    card = card_of(slack, lead)
+    assert submit_reject(services.bot_url, turn[1], "not in production")[0] == 200
+    wait_status(conn, turn[1], Status.REJECTED)
+    assert _resumes(conn, lead) == 0
+    click(slack, services.bot_url, "approve", lead, "UALICE", card.ts)
+    ended = wait(lead, timeout=20)
+    assert ended.status == "stopped" and ended.reason == "not in production"
+    assert [c.pause_id for c in ended.calls] == list(turn)
+    card_showing(slack, card.ts, "on_reject=stop")
+    assert settled(lambda: _resumes(conn, lead)) == 0
+    assert tool_runs(env) == [] and len(model_calls(env)) == 1
