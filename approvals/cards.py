@@ -537,8 +537,32 @@ def build_result_messages(approval: Approval) -> list[list[Block]]:
         chunks = _chunks(result.text or "(no text)")
         messages = [[_section(c) for c in chunks[i : i + 40]] for i in range(0, len(chunks), 40)]
         messages[0].insert(0, _context(":checkered_flag: Final answer"))
-    if result.executed_arguments is not None and result.tool_output is not None:
+    if approval.in_turn and approval.turn_calls:
+        ran_calls = _turn_outputs(approval.turn_calls)
+        if ran_calls:
+            messages[0].insert(0, _section(ran_calls))  # one block for the whole turn
+    elif result.executed_arguments is not None and result.tool_output is not None:
         output = truncate(result.tool_output, SECTION_TEXT - 200)
         ran = _section(f"`{approval.tool_name}` ran and returned:\n```\n{output}\n```")
         messages[0].insert(0, ran)  # at most 42 blocks: within Slack's 50
     return messages
+
+
+def _turn_outputs(calls: tuple[Approval, ...]) -> str:
+    """What each call of a turn that ran returned, in one section's room."""
+    ran = [
+        (number, call)
+        for number, call in enumerate(calls, 1)
+        if call.result is not None
+        and call.result.executed_arguments is not None
+        and call.result.tool_output is not None
+    ]
+    if not ran:
+        return ""
+    room = max(40, (SECTION_TEXT - 100) // len(ran) - 40)
+    return "\n".join(
+        f"{number}. `{call.tool_name}` returned: "
+        f"`{truncate((call.result.tool_output or '').replace(chr(10), ' '), room)}`"
+        for number, call in ran
+        if call.result is not None
+    )

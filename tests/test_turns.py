@@ -22,6 +22,7 @@ from tests.e2e import (
     card_showing,
     click,
     model_calls,
+    reply_containing,
     settled,
     submit_edit,
     submit_reject,
@@ -103,6 +104,9 @@ def test_three_gated_calls_decided_on_one_card_in_mixed_ways(services, slack, en
     text = block_text(final)
     assert "rejected by <@UBOB>" in text and "approved with edits by <@UALICE>" in text
     assert approve_values(final.blocks) == []
+    result = block_text(reply_containing(slack, card.ts, "Final answer"))
+    assert "1. `delete_path` returned: `deleted a`" in result
+    assert "3. `delete_path` returned:" in result and "2. `send_email`" not in result
     assert len(slack.calls("chat.postMessage")) - len(slack.thread(CHANNEL, card.ts)) == 1
     assert [c.status for c in (store.load(conn, i) for i in turn)] == [Status.COMPLETED] * 3
 
