@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ from tests.e2e import (
     tool_runs,
     wait_status,
 )
+from tests.processes import start_worker, wait_for_workers
 from tests.slack_requests import block_actions_payload, send_interaction
 
 TOOLS = [tools.list_files, tools.delete_path, tools.send_email]
@@ -310,3 +312,39 @@ def test_a_call_whose_gate_stops_the_run_stops_the_whole_turn(services, slack, e
     card_showing(slack, card.ts, "on_reject=stop")
     assert settled(lambda: _resumes(conn, lead)) == 0
     assert tool_runs(env) == [] and len(model_calls(env)) == 1
+
+
+def test_a_call_a_rule_settles_is_left_off_the_card_and_decided_on_resume(
+    services, slack, env, conn, tmp_path, monkeypatch
+):
+    """Between two calls that need a person, one a policy rule approves: the card lists the
+    two, and the rule's call runs on resume, once, decided and audited by the rule."""
+    policy_file = tmp_path / "policy.toml"
+    policy_file.write_text(
+        '[[rule]]\nid = "tmp-is-fine"\ntool = "delete_path"\n'
+        'when = \'args.path.startsWith("/tmp/")\'\naction = "approve"\n'
+    )
+    monkeypatch.setenv("APPROVALS_POLICY", str(policy_file))
+    ruled = {**env, "APPROVALS_POLICY": str(policy_file)}
+    for process in services.workers:  # the resume reads the same rules
+        process.stop()
+    services.workers = [start_worker(ruled, tmp_path / "ruled.log", f"wr-{time.time_ns()}")]
+    wait_for_workers(ruled, services.workers, 1)
+    prompt = script(
+        calls(
+            ("delete_path", {"path": "/srv/a"}),
+            ("delete_path", {"path": "/tmp/a"}),
+            ("delete_path", {"path": "/srv/b"}),
+        ),
+        say("ok"),
+    )
+    lead, turn = _pause(conn, prompt)
+    assert [store.load(conn, i).arguments["path"] for i in turn] == ["/srv/a", "/srv/b"]
+    card = card_of(slack, lead)
+    assert _click_turn(slack, services.bot_url, APPROVE_ALL_ACTION, lead, card.ts) == 200
+    wait_status(conn, lead, Status.COMPLETED)
+    paths = [r["arguments"]["path"] for r in tool_runs(env, "delete_path")]
+    assert paths == ["/srv/a", "/tmp/a", "/srv/b"]
+    (auto,) = [a for a in store.recent_decisions(conn, 50) if a.rule_id == "tmp-is-fine"]
+    assert auto.arguments == {"path": "/tmp/a"} and auto.id not in turn
+    assert len(model_calls(env)) == 2
