@@ -222,6 +222,15 @@ def run_id_of(conn: redis.Redis, some_id: str) -> str:
     return approval.run_id or approval.id
 
 
+def _card_of(conn: redis.Redis, pause_id: str) -> str:
+    """The pause a call waits under: itself, or, for a call sharing its turn's card, the
+    turn's lead (the run's ``pause_id`` while any call of the turn waits)."""
+    try:
+        return store.load(conn, pause_id).turn_lead
+    except UnknownApproval:
+        return pause_id
+
+
 def finish_run(conn: redis.Redis, settings: Settings, approval: Approval) -> Outcome | None:
     """Record the end of the run ``approval`` (its last pause) belongs to, and queue its
     ``on_finish``; once per run (a second call changes nothing and returns None). A record
@@ -276,7 +285,7 @@ def wait(
     deadline = None if timeout is None else time.monotonic() + timeout
     after = "0-0"
     first = run_outcome(conn, run_id)
-    watched = pause_id if pause_id != run_id else first.pause_id
+    watched = _card_of(conn, pause_id) if pause_id != run_id else first.pause_id
     while True:
         outcome = run_outcome(conn, run_id)
         if outcome.ended or (not follow and outcome.pause_id != watched):

@@ -85,6 +85,9 @@ def test_three_gated_calls_decided_on_one_card_in_mixed_ways(services, slack, en
     assert click(slack, services.bot_url, "approve", lead, "UALICE", card.ts)[0] == 200
     wait_status(conn, lead, Status.APPROVED)
     card_showing(slack, card.ts, "approved by <@UALICE>")
+    started = time.monotonic()  # waiting on a later call waits for the whole turn
+    assert wait(turn[2], timeout=1, follow=False).status == "paused"
+    assert time.monotonic() - started >= 0.9
     assert submit_reject(services.bot_url, email.id, "not now", user="UBOB")[0] == 200
     wait_status(conn, email.id, Status.REJECTED)
     assert _resumes(conn, lead) == 0  # one call still waits: nothing resumed yet
