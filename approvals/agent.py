@@ -20,12 +20,12 @@ from typing import Any
 
 import llm
 import redis
-from llm.parts import Message, ToolResultPart
+from llm.parts import Message, ToolCallPart, ToolResultPart
 
-from approvals import automatic, llm_log, outcomes, policy, queue, store
+from approvals import automatic, grants, llm_log, outcomes, policy, queue, store
 from approvals.config import Settings
 from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
-from approvals.gate import Gate, Screening, gate_of, released, screened
+from approvals.gate import Gate, Screening, current_approval, gate_of, released, screened
 from approvals.limits import SIBLING_PREVIEW
 from approvals.models import (
     Approval,
@@ -256,6 +256,9 @@ class Resumed:
     outcome: Outcome
     executed_arguments: dict[str, Any] | None = None
     tool_output: str | None = None
+    #: For every call the resume carried out (the turn's, or the one): approval id → (what
+    #: its tool ran with, None when it did not run; what it returned or was answered).
+    calls: dict[str, tuple[dict[str, Any] | None, str | None]] = field(default_factory=dict)
 
 
 def resume(
@@ -281,8 +284,9 @@ def resume(
         saved = store.load_history(conn, approval.id)
     history = [Message.from_dict(m) for m in saved]  # type: ignore[arg-type]
     tools = import_tools(approval.tools, settings.tool_modules)
-    ran: dict[str, Any] = {}
-    before_call, after_call = _decision_hooks(conn, approval, decision, on_tool_start, ran)
+    ran: dict[str, dict[str, Any]] = {}
+    turn = _decided_turn(approval)
+    before_call, after_call = _decision_hooks(conn, turn, on_tool_start, ran)
     context = _RunContext(
         conn=conn,
         settings=settings,
@@ -316,18 +320,37 @@ def resume(
         after_call=after_call,
     )
     release: dict[str, str | None] = {}
-    if decision.kind.runs_tool:
-        release[approval.tool_call_id] = None
-    elif decision.kind is DecisionKind.RESPOND:
-        release[approval.tool_call_id] = decision.response or ""
+    for call in turn:
+        assert call.decision is not None
+        if call.decision.kind.runs_tool:
+            release[call.tool_call_id] = None
+        elif call.decision.kind is DecisionKind.RESPOND:
+            release[call.tool_call_id] = call.decision.response or ""
     with released(release, approval.id):
         if approval.asynchronous:
             outcome = asyncio.run(_drive_async(chain, context))
         else:
             outcome = _drive(chain, context)
-    if not decision.kind.runs_tool:
-        return Resumed(outcome, tool_output=ran.get("output"))
-    return Resumed(outcome, ran.get("arguments"), ran.get("output"))
+    calls = {}
+    for call in turn:
+        assert call.decision is not None
+        mine = ran.get(call.id, {})
+        arguments = mine.get("arguments") if call.decision.kind.runs_tool else None
+        calls[call.id] = (arguments, mine.get("output"))
+    lead_arguments, lead_output = calls[approval.id]
+    return Resumed(outcome, lead_arguments, lead_output, calls)
+
+
+def _decided_turn(approval: Approval) -> list[Approval]:
+    """The calls this resume carries out as decided: the approval alone, or every call of
+    its turn (read with it, ``store.load``), each with its own decision."""
+    if not approval.in_turn:
+        return [approval]
+    others = {a.id: a for a in approval.turn_calls if a.id != approval.id}
+    turn = [approval] + [others[i] for i in approval.turn[1:] if i in others]
+    if len(turn) != len(approval.turn) or any(a.decision is None for a in turn):
+        raise ResumeError(f"not every call of the turn of {approval.id} is decided")
+    return turn
 
 
 def _resume_rules(settings: Settings) -> Sequence[policy.Rule]:
@@ -341,39 +364,49 @@ def _resume_rules(settings: Settings) -> Sequence[policy.Rule]:
 
 def _decision_hooks(
     conn: redis.Redis,
-    approval: Approval,
-    decision: Decision,
+    turn: Sequence[Approval],
     on_tool_start: Callable[[], None] | None,
-    ran: dict[str, Any],
+    ran: dict[str, dict[str, Any]],
 ) -> tuple[
     Callable[[llm.Tool | None, llm.ToolCall], None],
     Callable[[llm.Tool, llm.ToolCall, llm.ToolResult], None],
 ]:
-    """llm's ``before_call`` / ``after_call`` hooks that apply the decision to its call.
+    """llm's ``before_call`` / ``after_call`` hooks that apply each decision to its call
+    (one call, or every decided call of a turn); ``ran`` gets, per approval id, what its
+    tool ran with and returned.
 
     Plain functions: llm's async chains accept them too, so both APIs share them.
     """
+    by_call = {a.tool_call_id: a for a in turn}
+    started: list[str] = []
 
     def before_call(tool: llm.Tool | None, call: llm.ToolCall) -> None:
-        if call.tool_call_id != approval.tool_call_id:
+        approval = by_call.get(call.tool_call_id or "")
+        if approval is None or approval.decision is None:
             return
+        decision = approval.decision
         refused = refusal_text(decision)
         if refused is not None:
             raise llm.CancelToolCall(refused)
         if decision.kind.runs_tool and not store.mark_tool_started(conn, approval.id):
             raise ToolAlreadyStarted(f"{approval.tool_name} was already started for {approval.id}")
-        if decision.kind.runs_tool and on_tool_start is not None:
+        if decision.kind.runs_tool and on_tool_start is not None and not started:
             on_tool_start()
+        started.append(approval.id)
+        # What idempotency_key() and receipt() give this call's tool (each call its own).
+        current_approval(approval.id, approval.receipt)
         if decision.kind is DecisionKind.EDIT and decision.arguments is not None:
             # Reassign, never mutate: the dict is shared with the saved history.
             call.arguments = dict(decision.arguments)
 
     def after_call(tool: llm.Tool, call: llm.ToolCall, result: llm.ToolResult) -> None:
-        if call.tool_call_id != approval.tool_call_id:
+        approval = by_call.get(call.tool_call_id or "")
+        if approval is None or approval.decision is None:
             return
+        decision = approval.decision
         if decision.kind.runs_tool:
             store.mark_tool_finished(conn, approval.id)
-        ran.update(arguments=dict(call.arguments), output=result.output)
+        ran[approval.id] = {"arguments": dict(call.arguments), "output": result.output}
         if decision.kind is DecisionKind.EDIT:
             # The model is told the truth: it did not run what it proposed.
             note = edit_note(
@@ -536,36 +569,145 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
                 Message(role="tool", parts=[_result_part(r) for r in pause.tool_results]).to_dict()
             )
         )
-    channel = _channel(gate, context)
-    if not channel:
-        raise ConfigError("missing required setting APPROVALS_CHANNEL: where should the card go?")
-    approval = _new_approval(call, pause.tool_results, context, gate, channel)
-    verdict = context.verdicts.pop(call.tool_call_id, None)
-    waits = _required(approval, gate, verdict, context.settings)
     settings = context.settings
-    approval.expires_at = 0.0 if waits is None else approval.created_at + waits
-    approval.remind_after = (
-        settings.remind_after if gate.remind_after is None else gate.remind_after
-    )
-    approval.escalate_to = settings.escalate_to if gate.escalate_to is None else gate.escalate_to
-    escalate = settings.escalate_after if gate.escalate_after is None else gate.escalate_after
-    approval.escalate_after = escalate if approval.escalate_to else 0.0
-    # One transaction: the approval exists with its card job and its deadlines, or not at all.
-    # The run's stream outlives the longest wait for this decision by the outcome's TTL.
-    run_ttl = None if waits is None else int(waits) + settings.result_ttl
-    events = automatic.verdict_events(verdict) if verdict is not None else []
-    pipe = store.create(context.conn, approval, history, run_ttl=run_ttl, events=events)
-    queue.enqueue_card(context.conn, settings, approval.id, pipeline=pipe)
-    if waits is not None:  # expiry never approves; without one the approval waits for people
-        queue.schedule_expiry(
-            context.conn, settings, approval.id, approval.created_at, approval.expires_at,
-            pipeline=pipe,
+    verdict = context.verdicts.pop(call.tool_call_id, None)
+    asked = [(call, gate, verdict), *_waiting_in_turn(pause, base, context)]
+    made: list[tuple[Approval, float | None, list[str]]] = []
+    for asked_call, asked_gate, asked_verdict in asked:
+        channel = _channel(asked_gate, context)
+        if not channel:
+            raise ConfigError(
+                "missing required setting APPROVALS_CHANNEL: where should the card go?"
+            )
+        approval = _new_approval(asked_call, pause.tool_results, context, asked_gate, channel)
+        waits = _required(approval, asked_gate, asked_verdict, settings)
+        approval.expires_at = 0.0 if waits is None else approval.created_at + waits
+        approval.remind_after = (
+            settings.remind_after if asked_gate.remind_after is None else asked_gate.remind_after
+        )
+        approval.escalate_to = (
+            settings.escalate_to if asked_gate.escalate_to is None else asked_gate.escalate_to
+        )
+        escalate = (
+            settings.escalate_after
+            if asked_gate.escalate_after is None
+            else asked_gate.escalate_after
+        )
+        approval.escalate_after = escalate if approval.escalate_to else 0.0
+        events = automatic.verdict_events(asked_verdict) if asked_verdict is not None else []
+        made.append((approval, waits, events))
+    lead = made[0][0]
+    if len(made) > 1:
+        # One card for the turn: it goes where the lead's goes, and every call of it knows
+        # the others (``Approval.turn``). Each call keeps the lead's reminder and escalation
+        # times; the first call still waiting acts for the card (``reminders.acts_for_card``).
+        turn = tuple(a.id for a, _, _ in made)
+        for approval, _, _ in made:
+            approval.turn = turn
+            approval.channel = lead.channel
+            approval.remind_after = lead.remind_after
+            approval.escalate_after = lead.escalate_after
+            approval.escalate_to = lead.escalate_to
+    # One transaction: the approvals exist with the card job and their deadlines, or not at
+    # all. The run's stream outlives the longest wait for a decision by the outcome's TTL.
+    pipe = None
+    longest = [w for _, w, _ in made]
+    run_ttl = None if None in longest else int(max(w or 0 for w in longest)) + settings.result_ttl
+    for approval, waits, events in made:
+        # Only the lead is a pause of the run (and holds the history the resume starts from);
+        # the outcome finds the others through it.
+        pipe = store.create(
+            context.conn, approval, history if approval is lead else [], run_ttl=run_ttl,
+            events=events, pipeline=pipe, in_run=approval is lead,
         )  # fmt: skip
-    queue.schedule_reminders(
-        pipe, approval.id, approval.created_at, approval.remind_after, approval.escalate_after
-    )
+        if waits is not None:  # expiry never approves; without one it waits for people
+            queue.schedule_expiry(
+                context.conn, settings, approval.id, approval.created_at, approval.expires_at,
+                pipeline=pipe,
+            )  # fmt: skip
+        queue.schedule_reminders(
+            pipe, approval.id, approval.created_at, approval.remind_after, approval.escalate_after
+        )
+    assert pipe is not None
+    queue.enqueue_card(context.conn, settings, lead.id, pipeline=pipe)
     pipe.execute()
-    return approval.id
+    return lead.id
+
+
+def _waiting_in_turn(
+    pause: llm.PauseChain, base: list[Message], context: _RunContext
+) -> list[tuple[llm.ToolCall, Gate, policy.Verdict | None]]:
+    """The later calls of the paused turn that will also wait for a person, in call order.
+
+    A sync chain never started them; an async one started them all, and those that paused
+    were put to the rules and the grants already (their verdicts are kept). A call a rule or
+    a live grant would settle is left out: it is settled, and recorded, as it runs on resume,
+    exactly as today. Ungated calls are left out too: they simply run on resume.
+    """
+    paused = pause.tool_call
+    assert paused is not None
+    done = {r.tool_call_id for r in pause.tool_results} | {paused.tool_call_id}
+    trailing = base[-1] if base and base[-1].role == "assistant" else None
+    if trailing is None:
+        return []
+    calls = [p for p in trailing.parts if isinstance(p, ToolCallPart) and not p.server_executed]
+    ids = [p.tool_call_id for p in calls]
+    if paused.tool_call_id not in ids:
+        return []
+    waiting: list[tuple[llm.ToolCall, Gate, policy.Verdict | None]] = []
+    for part in calls[ids.index(paused.tool_call_id) + 1 :]:
+        if part.tool_call_id is None or part.tool_call_id in done:
+            continue
+        tool = tool_named(context.tools, part.name)
+        gate = gate_of(tool.implementation) if tool is not None else None
+        if gate is None:
+            continue
+        later = llm.ToolCall(
+            name=part.name, arguments=dict(part.arguments), tool_call_id=part.tool_call_id
+        )
+        if part.tool_call_id in context.verdicts:  # screened already: it waits for a person
+            waiting.append((later, gate, context.verdicts.pop(part.tool_call_id)))
+            continue
+        settles, verdict = _look_ahead(context, later, gate)
+        if not settles:
+            waiting.append((later, gate, verdict))
+    return waiting
+
+
+def _look_ahead(
+    context: _RunContext, call: llm.ToolCall, gate: Gate
+) -> tuple[bool, policy.Verdict | None]:
+    """What ``_screen`` would find for a call, changing nothing: (True, _) when a rule or a
+    live grant would decide it alone, else (False, the rules' verdict, None without rules)."""
+    verdict: policy.Verdict | None = None
+    if context.rules:
+        facts = policy.Call(
+            agent=context.agent,
+            tool=call.name,
+            args=call.arguments,
+            requester=context.requested_by or "",
+            channel=_channel(gate, context) or "",
+        )
+        verdict = policy.evaluate(context.rules, facts)
+        if automatic.decides(verdict):
+            return True, verdict
+        if not automatic.grants_may_decide(verdict):
+            return False, verdict
+    if not gate.policy.allows_grants:
+        return False, verdict
+    wanted = grants.Call(
+        tool=call.name,
+        agent=context.agent,
+        requester=context.requested_by or "",
+        arguments=call.arguments,
+        run_id=context.run_id,
+    )
+    try:
+        if grants.covering(context.conn, wanted) is not None:
+            return True, verdict
+    except redis.RedisError:
+        log.exception("could not look at the grants of %s: asking a person", call.name)
+    return False, verdict
 
 
 def _new_approval(

@@ -11,8 +11,15 @@ import json
 from typing import Any
 
 from approvals.grants import Grant, Scope
-from approvals.limits import FIELD_TEXT, HEADER_TEXT, SECTION_TEXT, SIBLING_PREVIEW, truncate
-from approvals.models import Approval, DecisionKind, OnReject, RunResult, Status
+from approvals.limits import (
+    FIELD_TEXT,
+    HEADER_TEXT,
+    SECTION_TEXT,
+    SIBLING_PREVIEW,
+    TURN_CALLS_SHOWN,
+    truncate,
+)
+from approvals.models import DECIDED, Approval, DecisionKind, OnReject, RunResult, Status
 from approvals.secrets import mask
 
 APPROVE_ACTION = "approval_approve"
@@ -23,6 +30,10 @@ RETRY_ACTION = "approval_retry"
 #: The scope menu beside Approve: choosing an option approves with that scope.
 APPROVE_SCOPE_ACTION = "approval_approve_scope"
 REVOKE_GRANT_ACTION = "grant_revoke"
+#: On the card of a turn with several gated calls: decide every call still waiting at once
+#: (each button's value is the turn's lead id).
+APPROVE_ALL_ACTION = "turn_approve_all"
+REJECT_ALL_ACTION = "turn_reject_all"
 
 Block = dict[str, Any]
 
@@ -100,6 +111,8 @@ def arguments_text(arguments: dict[str, Any], limit: int = SECTION_TEXT) -> str:
 
 def build_card(approval: Approval) -> list[Block]:
     """The approval card: what the agent wants, and buttons while it is pending."""
+    if approval.in_turn and approval.turn_calls:
+        return build_turn_card(approval.turn_calls)
     title = f"Approval needed: {approval.tool_name}"
     blocks: list[Block] = [
         {"type": "header", "text": {"type": "plain_text", "text": truncate(title, HEADER_TEXT)}},
@@ -124,11 +137,88 @@ def build_card(approval: Approval) -> list[Block]:
     return blocks
 
 
-def _fields(approval: Approval) -> list[Block]:
-    fields = [
-        _md(f"*Agent*\n{approval.agent}", FIELD_TEXT),
-        _md(f"*Tool*\n`{approval.tool_name}`", FIELD_TEXT),
+def build_turn_card(calls: tuple[Approval, ...]) -> list[Block]:
+    """One card for the gated calls of one model turn: each call with its own buttons (or
+    who decided it), "Approve all" / "Reject all" while two or more wait, then the run."""
+    lead = calls[0]
+    title = f"Approval needed: {len(calls)} calls of one turn"
+    blocks: list[Block] = [
+        {"type": "header", "text": {"type": "plain_text", "text": truncate(title, HEADER_TEXT)}},
+        {"type": "section", "fields": _fields(lead, with_tool=False)},
     ]
+    if lead.siblings:
+        ran = "\n".join(
+            f"• `{s.name}` → {truncate(s.output.replace(chr(10), ' '), SIBLING_PREVIEW)}"
+            for s in lead.siblings[:10]
+        )
+        blocks.append(_context(f"Already ran this turn:\n{ran}"))
+    for number, call in enumerate(calls[:TURN_CALLS_SHOWN], 1):
+        head = f"*{number}. `{call.tool_name}`*" + (f" · {call.summary}" if call.summary else "")
+        if call.status is Status.PENDING and call.votes:
+            who = ", ".join(person(v) for v in call.votes)
+            head += f" ({len(call.votes)} of {call.policy.approvals_required} approvals: {who})"
+        args = arguments_text(call.shown_arguments, SECTION_TEXT - len(head) - 1)
+        blocks.append({"type": "section", "block_id": f"call-{call.id}",
+                       "text": _md(f"{head}\n{args}")})  # fmt: skip
+        blocks.append(_turn_call_state(call))
+    hidden = len(calls) - TURN_CALLS_SHOWN
+    if hidden > 0:
+        blocks.append(_context(
+            f"{hidden} more call{'s' if hidden > 1 else ''} of this turn not shown: decide "
+            "them with /agent-pending. The run resumes once every call is decided."
+        ))  # fmt: skip
+    waiting = [c for c in calls if c.status is Status.PENDING]
+    if len(waiting) > 1:
+        approve = _button(APPROVE_ALL_ACTION, "Approve all", lead, "primary")
+        approve["confirm"] = _confirm(
+            "Approve all?", f"Run the {len(waiting)} calls still waiting, as proposed?", "Approve"
+        )
+        reject = _button(REJECT_ALL_ACTION, "Reject all", lead, "danger")
+        reject["confirm"] = _confirm(
+            "Reject all?", f"Reject the {len(waiting)} calls still waiting?", "Reject"
+        )
+        blocks.append({"type": "actions", "block_id": f"turn-{lead.id}",
+                       "elements": [approve, reject]})  # fmt: skip
+    blocks.extend(_turn_run_state(calls, waiting))
+    return blocks
+
+
+def _turn_call_state(call: Approval) -> Block:
+    """A waiting call's buttons, or who decided it and how."""
+    if call.status is Status.PENDING:
+        return build_buttons(call)
+    decision = call.decision
+    kind = decision.kind.status if decision is not None else call.status
+    line = _STATUS_LINE[kind] + (f" · {decision_line(call)}" if decision is not None else "")
+    if decision is not None and decision.kind is DecisionKind.EDIT:
+        line += f"\n{edit_diff(call, 1500)}"
+    # A fresh block_id per revision, so Slack never keeps stale interactive state.
+    return _context(line, f"state-{call.id}-{kind.value}")
+
+
+def _turn_run_state(calls: tuple[Approval, ...], waiting: list[Approval]) -> list[Block]:
+    """Where the turn's run stands: waiting, resuming, or how the resume ended."""
+    lead = calls[0]
+    if waiting:
+        return [_context(f"{_STATUS_LINE[Status.PENDING]}: {len(waiting)} of the calls. The "
+                         "run resumes once every call is decided.")]  # fmt: skip
+    if lead.status in DECIDED:
+        if any(c.stops_run for c in calls):
+            return [_context("The run was stopped here, as a call's gate asks (on_reject=stop).",
+                             f"run-{lead.id}-stopped")]  # fmt: skip
+        return [_context("Every call is decided: the run resumes.", f"run-{lead.id}-decided")]
+    if lead.status is Status.INTERRUPTED:
+        return _state_blocks(lead)  # with Retry
+    line = f"*Run:* {_STATUS_LINE[lead.status]}"
+    if lead.result is not None and lead.result.error:
+        line += f"\n{truncate(lead.result.error, 500)}"
+    return [_context(line, f"run-{lead.id}-{lead.status.value}")]
+
+
+def _fields(approval: Approval, with_tool: bool = True) -> list[Block]:
+    fields = [_md(f"*Agent*\n{approval.agent}", FIELD_TEXT)]
+    if with_tool:
+        fields.append(_md(f"*Tool*\n`{approval.tool_name}`", FIELD_TEXT))
     if approval.requested_by:
         fields.append(_md(f"*Requested by*\n{person(approval.requested_by)}", FIELD_TEXT))
     if approval.status is Status.PENDING and approval.expires_at:
@@ -447,8 +537,32 @@ def build_result_messages(approval: Approval) -> list[list[Block]]:
         chunks = _chunks(result.text or "(no text)")
         messages = [[_section(c) for c in chunks[i : i + 40]] for i in range(0, len(chunks), 40)]
         messages[0].insert(0, _context(":checkered_flag: Final answer"))
-    if result.executed_arguments is not None and result.tool_output is not None:
+    if approval.in_turn and approval.turn_calls:
+        ran_calls = _turn_outputs(approval.turn_calls)
+        if ran_calls:
+            messages[0].insert(0, _section(ran_calls))  # one block for the whole turn
+    elif result.executed_arguments is not None and result.tool_output is not None:
         output = truncate(result.tool_output, SECTION_TEXT - 200)
         ran = _section(f"`{approval.tool_name}` ran and returned:\n```\n{output}\n```")
         messages[0].insert(0, ran)  # at most 42 blocks: within Slack's 50
     return messages
+
+
+def _turn_outputs(calls: tuple[Approval, ...]) -> str:
+    """What each call of a turn that ran returned, in one section's room."""
+    ran = [
+        (number, call)
+        for number, call in enumerate(calls, 1)
+        if call.result is not None
+        and call.result.executed_arguments is not None
+        and call.result.tool_output is not None
+    ]
+    if not ran:
+        return ""
+    room = max(40, (SECTION_TEXT - 100) // len(ran) - 40)
+    return "\n".join(
+        f"{number}. `{call.tool_name}` returned: "
+        f"`{truncate((call.result.tool_output or '').replace(chr(10), ' '), room)}`"
+        for number, call in ran
+        if call.result is not None
+    )

@@ -52,6 +52,8 @@ MIN_REDIS_VERSION = (5, 0, 0)
 REQUIRED_SCOPES = ("chat:write", "commands")
 #: Needed only to resolve ``APPROVER_GROUPS``.
 GROUP_SCOPE = "usergroups:read"
+#: Needed only when ``APPROVALS_ESCALATE_TO`` names channels: who is in them may decide.
+CHANNEL_MEMBERS_SCOPE = "channels:read"
 
 
 class Level(StrEnum):
@@ -442,7 +444,8 @@ def check_slack(auth: Auth, settings: Settings) -> Check:
 
 
 def check_scopes(auth: Auth, settings: Settings) -> Check:
-    """The token has ``chat:write`` and ``commands`` (and ``usergroups:read`` for groups).
+    """The token has ``chat:write`` and ``commands`` (and ``usergroups:read`` for groups,
+    ``channels:read`` for escalation channels).
 
     Slack lists a token's scopes in the ``X-OAuth-Scopes`` header of every answer; the sync
     ``WebClient`` hands headers over as a plain dict keeping the server's spelling (Slack
@@ -455,6 +458,8 @@ def check_scopes(auth: Auth, settings: Settings) -> Check:
         return Check("scopes", Level.WARN, "Slack did not list the token's scopes (X-OAuth-Scopes)")
     granted = {s.strip() for s in str(header).split(",") if s.strip()}
     needed = list(REQUIRED_SCOPES) + ([GROUP_SCOPE] if settings.approver_groups else [])
+    if any(not target.startswith("S") for target in settings.escalate_to):
+        needed.append(CHANNEL_MEMBERS_SCOPE)
     missing = [s for s in needed if s not in granted]
     if missing:
         return Check(
@@ -471,6 +476,8 @@ def _why_scopes(missing: list[str]) -> str:
         "chat:write": "cards cannot be posted",
         "commands": "/agent-pending does not work",
         GROUP_SCOPE: "APPROVER_GROUPS cannot be resolved, so nobody gets in through a group",
+        CHANNEL_MEMBERS_SCOPE: "members of APPROVALS_ESCALATE_TO's channels cannot be looked "
+        "up, so nobody gets in through an escalation channel",
     }
     return "; ".join(f"without {s}, {why[s]}" for s in missing)
 
@@ -478,8 +485,8 @@ def _why_scopes(missing: list[str]) -> str:
 def check_channel(settings: Settings, auth: Auth | None) -> Check:
     """``APPROVALS_CHANNEL`` is set and, when Slack lets us look, the bot is in it.
 
-    ``conversations.info`` needs ``channels:read``, which the manifest does not ask for, so a
-    ``missing_scope`` answer means "cannot verify", not a fault.
+    ``conversations.info`` needs ``channels:read``, which an app installed before escalation
+    channels may not have, so a ``missing_scope`` answer means "cannot verify", not a fault.
     """
     channel = settings.channel
     if not channel:

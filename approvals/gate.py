@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar, overload
 
 import llm
 
+from approvals import receipts
 from approvals.errors import CorruptRecord
 from approvals.models import OnReject, Policy, policy_from_dict, policy_to_dict
 
@@ -397,6 +398,15 @@ def released(calls: Mapping[str, str | None], approval_id: str | None = None) ->
     finally:
         _approval.reset(current)
         _released.reset(token)
+
+
+def current_approval(approval_id: str, receipt: str | None) -> None:
+    """Say which approval the call about to run belongs to (``idempotency_key()``) and hand
+    its receipt on (``approvals.receipt()``): a turn's calls each have their own. Called from
+    the resume's ``before_call``, in the context the tool then runs in; ``released`` and the
+    worker's ``receipts.holding`` put the previous values back when the resume ends."""
+    _approval.set(approval_id)
+    receipts.hold(receipt)
 
 
 def idempotency_key() -> str | None:

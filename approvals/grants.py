@@ -226,6 +226,20 @@ def take(conn: redis.Redis, call: Call, now: float | None = None) -> Grant | Non
     return None
 
 
+def covering(conn: redis.Redis, call: Call, now: float | None = None) -> Grant | None:
+    """The first live grant that covers ``call``, taking nothing: whether ``take`` would let
+    it through now (a pause looks ahead at the later calls of its turn with it)."""
+    now = time.time() if now is None else now
+    for grant_id, raw in store.load_grants(conn, store.grant_ids(conn, call.tool)):
+        try:
+            grant = _from_hash(grant_id, raw)
+        except CorruptRecord:
+            continue
+        if grant.live(now) and grant.matches(call):
+            return grant
+    return None
+
+
 def list_grants(conn: redis.Redis) -> list[Grant]:
     """Every stored grant, newest first (revoked and expired ones included, until dropped)."""
     grants = []

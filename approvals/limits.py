@@ -20,6 +20,11 @@ PLAIN_TEXT_INPUT = 3000
 #: Characters of each sibling tool result a card shows (a record keeps one more, so the card
 #: can tell a cut result from one that fit).
 SIBLING_PREVIEW = 200
+#: Calls of one turn listed on its card, two blocks each (the call, then its buttons or its
+#: decision): with the header, the fields, the "Approve all" row, the run's state and an
+#: escalation notice, 20 keep the card under ``MESSAGE_BLOCKS``. Later calls are counted in
+#: one line and decided from /agent-pending.
+TURN_CALLS_SHOWN = 20
 #: chat.postMessage truncates ``text`` beyond this.
 MESSAGE_TEXT = 40_000
 

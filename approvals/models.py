@@ -254,6 +254,9 @@ class Approval:
     escalate_after: float = 0.0
     #: Channel ids (``C...``) and user group ids (``S...``) an escalation goes to.
     escalate_to: tuple[str, ...] = ()
+    #: The gated calls of one model turn that share one card, in call order: the ids of their
+    #: approvals, the paused call's (the turn's lead) first. Empty for a call alone in its turn.
+    turn: tuple[str, ...] = ()
     status: Status = Status.PENDING
     card_ts: str | None = None
     decision: Decision | None = None
@@ -267,6 +270,26 @@ class Approval:
     receipt: str | None = None
     #: When the card was escalated (None: not, or not yet).
     escalated_at: float | None = None
+    #: The turn's approvals as read with this one (``store.load``), lead first; never stored.
+    turn_calls: tuple[Approval, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def turn_lead(self) -> str:
+        """The approval whose resume runs the turn: the paused call's (itself when alone)."""
+        return self.turn[0] if self.turn else self.id
+
+    @property
+    def stops_run(self) -> bool:
+        """Rejected or expired, and its gate ends the run there (``on_reject="stop"``)."""
+        return (
+            self.status in (Status.REJECTED, Status.EXPIRED)
+            and self.policy.on_reject is OnReject.STOP
+        )
+
+    @property
+    def in_turn(self) -> bool:
+        """Whether this call shares its card and its resume with other calls of its turn."""
+        return len(self.turn) > 1
 
     @property
     def escalated_groups(self) -> tuple[str, ...]:
@@ -274,6 +297,13 @@ class Approval:
         if self.escalated_at is None:
             return ()
         return tuple(target for target in self.escalate_to if target.startswith("S"))
+
+    @property
+    def escalated_channels(self) -> tuple[str, ...]:
+        """Channels whose members may decide too, once the card was posted there."""
+        if self.escalated_at is None:
+            return ()
+        return tuple(target for target in self.escalate_to if not target.startswith("S"))
 
     @property
     def tool(self) -> ToolRef:
@@ -296,9 +326,12 @@ class Approval:
             "tool_finished_at",
             "receipt",
             "escalated_at",
+            "turn_calls",
         )
         for mutable in mutable_fields:
             data.pop(mutable)
+        if not self.turn:  # most calls are alone in their turn: nothing stored for them
+            del data["turn"]
         data["policy"]["on_reject"] = self.policy.on_reject.value
         if self.policy.webhook is None:  # most gates have none: not stored for each approval
             del data["policy"]["webhook"]
@@ -450,6 +483,7 @@ def approval_from_parts(
         remind_after=_optional_time(record, "remind_after"),
         escalate_after=_optional_time(record, "escalate_after"),
         escalate_to=_strings(record.get("escalate_to", []), "escalate_to"),
+        turn=_strings(record.get("turn", []), "turn"),
         status=_enum(Status, status),
         card_ts=card_ts if isinstance(card_ts, str) else None,
         decision=None if decision is None else _decision_from_dict(decision),

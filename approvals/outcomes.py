@@ -34,7 +34,6 @@ from approvals.models import (
     Approval,
     Decision,
     DecisionKind,
-    OnReject,
     Status,
     decision_from_dict,
     decision_to_dict,
@@ -163,20 +162,23 @@ def _call_of(approval: Approval) -> GatedCall:
 
 def compose(run_id: str, approvals: list[Approval]) -> Outcome:
     """The run's state as its approval records tell it (the latest one decides the status)."""
-    calls = tuple(_call_of(a) for a in approvals)
+    # A turn's calls share one card and one resume: each is a call of the run, in order.
+    calls = tuple(_call_of(c) for a in approvals for c in (a.turn_calls or (a,)))
     last = approvals[-1]
     common: dict[str, Any] = {"run_id": run_id, "pause_id": last.id, "calls": calls}
-    decision, result = last.decision, last.result
-    if last.status is Status.PENDING:
+    turn = last.turn_calls
+    if last.status is Status.PENDING or any(c.status is Status.PENDING for c in turn):
         return Outcome("paused", **common)
+    if last.status in DECIDED:  # a turn stopped by one of its calls (none of it ran)
+        last = next((c for c in turn if c.stops_run), last)
+    decision, result = last.decision, last.result
     if last.status is Status.COMPLETED and result is not None:
         return Outcome("completed", text=result.text, **common)
     if last.status is Status.FAILED and result is not None:
         return Outcome("failed", reason=result.error, **common)
     if last.status is Status.PAUSED and result is not None and result.next_approval_id:
         return Outcome("paused", **{**common, "pause_id": result.next_approval_id})
-    stopped = last.status in (Status.REJECTED, Status.EXPIRED)
-    if stopped and last.policy.on_reject is OnReject.STOP and decision is not None:
+    if last.stops_run and decision is not None:
         if decision.kind is DecisionKind.EXPIRE:
             why = "the approval expired without a decision"
         else:
@@ -218,6 +220,15 @@ def run_id_of(conn: redis.Redis, some_id: str) -> str:
     except UnknownApproval:
         return some_id
     return approval.run_id or approval.id
+
+
+def _card_of(conn: redis.Redis, pause_id: str) -> str:
+    """The pause a call waits under: itself, or, for a call sharing its turn's card, the
+    turn's lead (the run's ``pause_id`` while any call of the turn waits)."""
+    try:
+        return store.load(conn, pause_id).turn_lead
+    except UnknownApproval:
+        return pause_id
 
 
 def finish_run(conn: redis.Redis, settings: Settings, approval: Approval) -> Outcome | None:
@@ -274,7 +285,7 @@ def wait(
     deadline = None if timeout is None else time.monotonic() + timeout
     after = "0-0"
     first = run_outcome(conn, run_id)
-    watched = pause_id if pause_id != run_id else first.pause_id
+    watched = _card_of(conn, pause_id) if pause_id != run_id else first.pause_id
     while True:
         outcome = run_outcome(conn, run_id)
         if outcome.ended or (not follow and outcome.pause_id != watched):

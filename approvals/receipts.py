@@ -282,6 +282,11 @@ def receipt() -> str | None:
     return _current.get()
 
 
+def hold(token: str | None) -> None:
+    """``receipt()`` returns ``token`` from now on in this context (until ``holding`` ends)."""
+    _current.set(token)
+
+
 @contextmanager
 def holding(token: str | None) -> Iterator[None]:
     """Inside the block, ``receipt()`` returns ``token`` (the worker wraps the resume)."""

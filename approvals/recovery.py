@@ -87,6 +87,13 @@ def requeue_stranded(conn: redis.Redis, settings: Settings) -> list[str]:
         automatic = approval.decision is not None and approval.decision.automatic
         if approval.status not in DECIDED or stopped or automatic:
             continue
+        # A turn resumes once, through its lead, when its last call is decided.
+        if approval.in_turn and (
+            approval.turn_lead != approval.id
+            or store.turn_pending(conn, approval.turn)
+            or any(a.stops_run for a in approval.turn_calls)
+        ):
+            continue
         if queue.resume_queued(conn, approval.id):
             continue
         if not store.claim(conn, approval.id, REQUEUED):

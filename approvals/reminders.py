@@ -5,7 +5,9 @@ and swept into jobs by every worker (``deadlines.sweep``), so they fire on time 
 of every process; a decision removes them in the same atomic step as the decision. A reminder
 goes to the card's thread and, as a direct message with a link to the card, to each approver;
 it repeats every ``remind_after`` seconds, at most ``MAX_REMINDERS`` times. An escalation posts
-the card to ``escalate_to`` once, and the members of its user groups may decide from then on.
+the card to ``escalate_to`` once, and the members of its user groups and channels may decide
+from then on. The calls of one turn share a card: each keeps the deadlines, and the first
+still waiting speaks for the card (``acts_for_card``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,16 @@ def approvers_to_remind(
     if not policy.allow_self_approval:
         people = [p for p in people if p != approval.requested_by]
     return list(dict.fromkeys(people))
+
+
+def acts_for_card(approval: Approval, pending: Collection[str]) -> bool:
+    """Whether this approval's reminder or escalation speaks for its card: a call alone in
+    its turn always does; of a turn sharing one card, only the first call still waiting
+    (``pending``, in call order), so the card is reminded of and escalated once, for as long
+    as any of its calls waits, whichever is decided first."""
+    if not approval.in_turn:
+        return True
+    return bool(pending) and next(iter(pending)) == approval.id
 
 
 def escalation_channels(approval: Approval) -> list[str]:

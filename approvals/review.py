@@ -44,7 +44,8 @@ log = logging.getLogger(__name__)
 CLI_ACTOR_PREFIX = "cli:"
 SYSTEM_ACTOR = "system"
 
-#: Resolves a Slack user group id to its members (the bot passes a cached Slack lookup).
+#: Resolves a Slack user group id (``S...``) or channel id to its members (the bot passes a
+#: cached Slack lookup; one that fails answers nobody, so the check fails closed).
 GroupMembers = Callable[[str], Collection[str]]
 
 
@@ -68,8 +69,8 @@ def refusal(
     groups = settings.approver_groups if policy.approver_groups is None else policy.approver_groups
     if not approvers and not groups:
         return None
-    # Once escalated, the members of the groups it went to may decide too.
-    groups = (*groups, *approval.escalated_groups)
+    # Once escalated, the members of the groups and channels it went to may decide too.
+    groups = (*groups, *approval.escalated_groups, *approval.escalated_channels)
     if actor in approvers or any(actor in members_of(group) for group in groups):
         return None
     return "you are not one of the approvers for this request"
@@ -294,6 +295,8 @@ def retry(
     ).ok:
         raise NotAllowed("someone else retried it first")
     store.audit(conn, approval_id, "retried", actor, receipt=signed.get("receipt", ""))
+    if approval.in_turn:  # the turn's other calls ran in the same resume: they run again too
+        store.clear_tool_marks(conn, approval.turn[1:])
     queue.enqueue_resume(conn, settings, approval_id, again=True)
     return store.load(conn, approval_id)
 
@@ -407,8 +410,11 @@ def _after_decision(
     refused = decision.kind in (DecisionKind.REJECT, DecisionKind.EXPIRE)
     if refused and approval.policy.on_reject is OnReject.STOP:
         store.audit(conn, approval.id, decision.kind.status.value, decision.actor, **details)
-        store.audit(conn, approval.id, "run_stopped", SYSTEM_ACTOR, reason="on_reject=stop")
         _count_decision(conn, approval, decision)
+        if approval.in_turn:
+            _settle_turn(conn, settings, approval)
+            return
+        store.audit(conn, approval.id, "run_stopped", SYSTEM_ACTOR, reason="on_reject=stop")
         outcomes.finish_run(conn, settings, store.load(conn, approval.id))
         return
     signed = _receipt(settings, approval, decision, approvers)
@@ -418,7 +424,31 @@ def _after_decision(
     details.update(signed)
     store.audit(conn, approval.id, kind, decision.actor, fields=signed, **details)
     _count_decision(conn, approval, decision)
+    if approval.in_turn:
+        _settle_turn(conn, settings, approval)
+        return
     queue.enqueue_resume(conn, settings, approval.id)
+
+
+def _settle_turn(conn: redis.Redis, settings: Settings, approval: Approval) -> None:
+    """One call of a turn is decided: the turn's one resume starts when its last call is.
+
+    ``store.settle_turn`` answers True to exactly one decision, the first to find every
+    call decided, so two people deciding the last two calls at once start one resume. A
+    call whose gate says ``on_reject="stop"`` and was rejected (or expired) stops the run
+    instead, once the turn is settled: nothing of the turn runs.
+    """
+    if not store.settle_turn(conn, approval.turn):
+        return
+    lead = store.load(conn, approval.turn_lead)
+    stopper = next((a for a in lead.turn_calls if a.stops_run), None)
+    if stopper is not None:
+        store.audit(conn, lead.id, "run_stopped", SYSTEM_ACTOR, reason="on_reject=stop",
+                    call=stopper.id)  # fmt: skip
+        outcomes.finish_run(conn, settings, lead)
+        return
+    store.audit(conn, lead.id, "turn_decided", SYSTEM_ACTOR, calls=list(lead.turn))
+    queue.enqueue_resume(conn, settings, lead.id)
 
 
 def _count_decision(conn: redis.Redis, approval: Approval, decision: Decision) -> None:

@@ -259,3 +259,45 @@ def group_members(client: WebClient, conn: redis.Redis, group_id: str) -> list[s
         members = []
     store.cache_group(conn, group_id, members, GROUP_CACHE_SECONDS)
     return members
+
+
+#: Members asked for per ``conversations.members`` page (Slack allows up to 1000).
+CHANNEL_PAGE_SIZE = 200
+#: Pages read at most: a bigger channel's later members are not found (never let in wrongly).
+CHANNEL_MAX_PAGES = 50
+
+
+def channel_members(client: WebClient, conn: redis.Redis, channel: str) -> list[str]:
+    """Members of a Slack channel (an escalation channel), every page of
+    ``conversations.members``, cached in Redis like a user group's.
+
+    A lookup that fails answers nobody and is not cached, so a decision made while Slack is
+    away is refused (fails closed) and the next one asks Slack again.
+    """
+    cached = store.cached_channel(conn, channel)
+    if cached is not None:
+        return cached
+    members: list[str] = []
+    cursor = ""
+    try:
+        for _ in range(CHANNEL_MAX_PAGES):
+            response = client.conversations_members(
+                channel=channel, limit=CHANNEL_PAGE_SIZE, cursor=cursor or None
+            )
+            members += [str(u) for u in response.get("members") or []]
+            metadata = response.get("response_metadata") or {}
+            cursor = str(metadata.get("next_cursor") or "")
+            if not cursor:
+                break
+    except SlackApiError:
+        log.warning("conversations.members failed for %s: nobody is let in through it", channel)
+        return []
+    store.cache_channel(conn, channel, members, GROUP_CACHE_SECONDS)
+    return members
+
+
+def members(client: WebClient, conn: redis.Redis, target: str) -> list[str]:
+    """Members of a user group (``S...``) or of a channel: who an approver target lets in."""
+    if target.startswith("S"):
+        return group_members(client, conn, target)
+    return channel_members(client, conn, target)

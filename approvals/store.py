@@ -10,6 +10,7 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:lease:<id>      string  held (with a TTL) by the worker running the resume
     approvals:lock:<id>:<what> string a short lock on one piece of work (posting the card)
     approvals:usergroup:<id>  string  cached members of a Slack user group (JSON list, TTL)
+    approvals:channel-members:<id> string  cached members of an escalation channel (JSON, TTL)
     approvals:audit:<id>      list    what happened to the approval (JSON lines: event, actor, at,
                                       prev: the SHA-256 of the line before, a chain per approval)
     approvals:events          list    the outbox: one entry per state change, for the webhooks
@@ -505,6 +506,14 @@ def mark_tool_started(conn: redis.Redis, approval_id: str) -> bool:
     return bool(eval_script(conn, _TOOL_STARTED_LUA, keys, args))
 
 
+def clear_tool_marks(conn: redis.Redis, approval_ids: Sequence[str]) -> None:
+    """Forget that these calls' tools started (a Retry of their turn runs them once more)."""
+    pipe = conn.pipeline(transaction=True)
+    for approval_id in approval_ids:
+        pipe.hdel(approval_key(approval_id), "tool_started", "tool_finished")
+    pipe.execute()
+
+
 def bucket_name(value: float) -> str:
     """A bucket bound as its field names spell it (``0.005``, ``60``, ``+Inf``)."""
     return "+Inf" if value == float("inf") else f"{value:g}"
@@ -582,8 +591,12 @@ def create(
     history: list[dict[str, Any]],
     run_ttl: int | None = 0,
     events: Sequence[str] = (),
+    *,
+    pipeline: Any = None,
+    in_run: bool = True,
 ) -> Any:
-    """Queue the writes that create a pending approval on a transactional pipeline.
+    """Queue the writes that create a pending approval on a transactional pipeline (a new
+    one, or ``pipeline`` when several approvals are created together: the calls of a turn).
 
     ``events`` are audit lines (``audit_entry``) that follow its first one, "paused".
 
@@ -593,8 +606,10 @@ def create(
     the run's stream: a stream's first entry allocates a node of kilobytes, which every waiting
     approval would carry).
     """
-    pipe = conn.pipeline(transaction=True)
-    pipe.multi()  # explicit, so RQ's enqueue(pipeline=...) joins this transaction
+    pipe = pipeline
+    if pipe is None:
+        pipe = conn.pipeline(transaction=True)
+        pipe.multi()  # explicit, so RQ's enqueue(pipeline=...) joins this transaction
     pipe.hset(
         approval_key(approval.id),
         mapping={
@@ -602,14 +617,15 @@ def create(
             "status": Status.PENDING.value,
         },
     )
-    pipe.set(history_key(approval.id), json.dumps(history))
+    if history or in_run:
+        pipe.set(history_key(approval.id), json.dumps(history))
     pipe.zadd(PENDING_KEY, {approval.id: approval.created_at})
     first = audit_entry("paused", approval.agent, tool=approval.tool_name)
     lines, outbox = _new_trail(approval.id, [first, *events])
     pipe.rpush(audit_key(approval.id), *lines)
     if outbox:
         pipe.rpush(EVENTS_KEY, *outbox)
-    if approval.run_id is not None:
+    if approval.run_id is not None and in_run:
         pipe.rpush(run_pauses_key(approval.run_id), approval.id)
         if run_ttl is None:  # it waits indefinitely, and so may its run's waiters
             pipe.persist(run_pauses_key(approval.run_id))
@@ -905,11 +921,51 @@ def count_request(conn: redis.Redis, token_id: str, now: float) -> int:
 
 
 def load(conn: redis.Redis, approval_id: str) -> Approval:
-    """Read an approval (without its history); ``UnknownApproval`` or ``CorruptRecord``."""
+    """Read an approval (without its history); ``UnknownApproval`` or ``CorruptRecord``.
+
+    A call that shares its turn's card comes with every call of the turn (``turn_calls``),
+    read just after it, so the card drawn from any of them lists them all.
+    """
     raw = cast(dict[bytes, bytes], conn.hgetall(approval_key(approval_id)))
     if not raw:
         raise UnknownApproval(approval_id)
-    return _from_hash(approval_id, raw)
+    return _with_turn(conn, _from_hash(approval_id, raw))
+
+
+def _with_turn(conn: redis.Redis, approval: Approval) -> Approval:
+    if approval.in_turn:
+        approval.turn_calls = tuple(_load_many(conn, list(approval.turn)))
+    return approval
+
+
+# KEYS: the hashes of every approval of a turn, its lead's first. ARGV: the flag.
+_TURN_SETTLED_LUA = """
+for i = 1, #KEYS do
+  local status = redis.call('HGET', KEYS[i], 'status')
+  if (not status) or status == 'pending' then return 0 end
+end
+return redis.call('HSETNX', KEYS[1], ARGV[1], '1')
+"""
+
+#: Set on a turn's lead by the one decision that settled the turn's last call.
+TURN_SETTLED = "turn_settled"
+
+
+def settle_turn(conn: redis.Redis, turn: Sequence[str]) -> bool:
+    """True for exactly one caller, the first to find every call of the turn decided (or
+    expired): that caller queues the turn's one resume. Each decision calls it after its
+    own compare-and-set, so the last of two simultaneous decisions always finds both."""
+    return bool(eval_script(conn, _TURN_SETTLED_LUA, [approval_key(i) for i in turn],
+                            [TURN_SETTLED]))  # fmt: skip
+
+
+def turn_pending(conn: redis.Redis, turn: Sequence[str]) -> list[str]:
+    """The calls of a turn still waiting for a decision."""
+    pipe = conn.pipeline(transaction=False)
+    for approval_id in turn:
+        pipe.hget(approval_key(approval_id), "status")
+    return [i for i, s in zip(turn, pipe.execute(), strict=True)
+            if _text(s) in ("", Status.PENDING.value)]  # fmt: skip
 
 
 def _from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
@@ -953,7 +1009,7 @@ def load_with_history(conn: redis.Redis, approval_id: str) -> tuple[Approval, by
     raw, history = pipe.execute()
     if not raw:
         raise UnknownApproval(approval_id)
-    return _from_hash(approval_id, raw), history
+    return _with_turn(conn, _from_hash(approval_id, raw)), history
 
 
 def _load_many(conn: redis.Redis, ids: list[str]) -> list[Approval]:
@@ -1079,6 +1135,22 @@ def cache_group(conn: redis.Redis, group_id: str, members: list[str], ttl: int) 
     conn.set(f"{PREFIX}usergroup:{group_id}", json.dumps(members), ex=ttl)
 
 
+def channel_members_key(channel: str) -> str:
+    return f"{PREFIX}channel-members:{channel}"
+
+
+def cached_channel(conn: redis.Redis, channel: str) -> list[str] | None:
+    """Members of a Slack channel as last fetched, or None when not cached."""
+    members = _json(cast(bytes | None, conn.get(channel_members_key(channel))))
+    if isinstance(members, list) and all(isinstance(m, str) for m in members):
+        return members
+    return None
+
+
+def cache_channel(conn: redis.Redis, channel: str, members: list[str], ttl: int) -> None:
+    conn.set(channel_members_key(channel), json.dumps(members), ex=ttl)
+
+
 def seen_key(signature: str) -> str:
     return f"{PREFIX}seen:{signature}"
 
@@ -1113,7 +1185,7 @@ def record_card(conn: redis.Redis, approval_id: str, card_ts: str) -> tuple[bool
     recorded, raw = pipe.execute()
     if not raw:
         raise UnknownApproval(approval_id)
-    return bool(recorded), _from_hash(approval_id, raw)
+    return bool(recorded), _with_turn(conn, _from_hash(approval_id, raw))
 
 
 def lock(conn: redis.Redis, approval_id: str, purpose: str, ttl: int) -> bool:

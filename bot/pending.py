@@ -34,7 +34,11 @@ def _item(approval: Approval) -> list[Block]:
     where = f"{approval.agent} · `{approval.tool_name}` · `{approval.id}`"
     requested = f" · for {cards.person(approval.requested_by)}" if approval.requested_by else ""
     when = f"waiting since {cards.slack_date(approval.created_at)}"
-    text = f"*{title}*\n{where}{requested} · {when}\n{args}"
+    turn = ""
+    if approval.in_turn:  # decided here or on the turn's card alike; the run waits for all
+        number = approval.turn.index(approval.id) + 1
+        turn = f" · call {number} of {len(approval.turn)} of one turn (`{approval.turn_lead}`)"
+    text = f"*{title}*\n{where}{requested} · {when}{turn}\n{args}"
     return [
         {"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, 3000)}},
         cards.build_buttons(approval),

@@ -24,9 +24,9 @@ class Runtime:
         and the clients here are thread-safe and meant to be shared by every request."""
         return self
 
-    def members_of(self, group_id: str) -> Collection[str]:
-        """Members of a Slack user group (cached in Redis, shared by all bot replicas)."""
-        return slack.group_members(self.client, self.conn, group_id)
+    def members_of(self, target: str) -> Collection[str]:
+        """Members of a Slack user group or channel (cached in Redis, shared by all replicas)."""
+        return slack.members(self.client, self.conn, target)
 
 
 def runtime_of(context: Any) -> Runtime:

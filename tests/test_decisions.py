@@ -184,7 +184,8 @@ def test_the_cli_decides_like_a_click(services, slack, env, conn):
 def test_a_resumed_agent_that_pauses_again_posts_the_next_card_in_the_thread(
     services, slack, env, conn
 ):
-    """Two gated calls in one turn, then another turn: each pause gets its card in one thread."""
+    """Two gated calls in one turn share one card; the next turn's pause gets its card in
+    that card's thread."""
     prompt = script(
         calls(("delete_path", {"path": "a"}), ("delete_path", {"path": "b"})),
         calls(("send_email", {"to": "ops@example.com", "subject": "cleaned"})),
@@ -192,13 +193,12 @@ def test_a_resumed_agent_that_pauses_again_posts_the_next_card_in_the_thread(
     )
     first = _pause(prompt)
     card = card_of(slack, first)
+    first_id, second = store.load(conn, first).turn
+    assert first_id == first and store.load(conn, second).arguments == {"path": "b"}
     click(slack, services.bot_url, "approve", first, card_ts=card.ts)
-    second = wait_status(conn, first, Status.PAUSED).result.next_approval_id
-    assert store.load(conn, second).arguments == {"path": "b"}
-    second_card = card_of(slack, second)
-    assert second_card.thread_ts == card.ts
-    click(slack, services.bot_url, "approve", second, card_ts=second_card.ts)
-    third = wait_status(conn, second, Status.PAUSED).result.next_approval_id
+    wait_status(conn, first, Status.APPROVED)
+    click(slack, services.bot_url, "approve", second, card_ts=card.ts)
+    third = wait_status(conn, first, Status.PAUSED).result.next_approval_id
     assert store.load(conn, third).tool_name == "send_email"
     assert card_of(slack, third).thread_ts == card.ts
     click(slack, services.bot_url, "approve", third)

@@ -282,6 +282,9 @@ def test_scopes_are_read_from_the_auth_test_header(env, slack, monkeypatch):
     monkeypatch.setenv("APPROVER_GROUPS", "S0123")
     check = by_name(doctor.run_checks(Settings.from_env()))["scopes"]
     assert check.message == "the token has chat:write, commands, usergroups:read"
+    monkeypatch.setenv("APPROVALS_ESCALATE_TO", "C0ESC")
+    check = by_name(doctor.run_checks(Settings.from_env()))["scopes"]
+    assert check.message == "the token has chat:write, commands, usergroups:read, channels:read"
 
 
 @pytest.mark.parametrize(
@@ -306,6 +309,14 @@ def test_missing_scopes_fail_and_say_what_breaks(
         assert f"without {name}," in check.message
     if names:
         assert "reinstall" in check.message
+
+
+def test_escalation_channels_need_channels_read(env, scoped_slack, monkeypatch):
+    """Channel members are looked up after an escalation: without channels:read, a failure."""
+    scoped_slack("chat:write,commands")
+    monkeypatch.setenv("APPROVALS_ESCALATE_TO", "C0ESC,S0SRE")
+    check = by_name(doctor.run_checks(Settings.from_env()))["scopes"]
+    assert check.level is Level.FAIL and "without channels:read," in check.message
 
 
 def test_no_scopes_header_is_a_warning(env, scoped_slack):

@@ -3,6 +3,7 @@ removed by the decision; ``expires_in=None`` waits indefinitely."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -27,6 +28,11 @@ def _pause(tool: str = "delete_path", **args: object) -> str:
     outcome = run_agent("scripted", prompt, tools=TOOLS, requested_by="UREQ")
     assert outcome.pause_id is not None
     return outcome.pause_id
+
+
+def _refusals(conn, approval_id: str, actor: str) -> int:
+    trail = store.audit_trail(conn, approval_id)
+    return len([e for e in trail if e["event"] == "refused" and e["actor"] == actor])
 
 
 def _deadlines(conn) -> set[str]:
@@ -146,3 +152,47 @@ def test_reminders_and_escalation_fire_on_time_across_a_restart(
     decided = wait_status(conn, pause_id, Status.APPROVED, Status.RUNNING, Status.COMPLETED)
     assert decided.decision is not None and decided.decision.actor == "UCAROL"
     assert not [m for m in _deadlines(conn) if m.endswith(pause_id)]
+
+
+@pytest.mark.service_env(APPROVERS="UALICE")
+def test_escalation_channel_members_may_decide_after_escalation(services, slack, env, conn,
+                                                                monkeypatch):  # fmt: skip
+    """A member of the escalation channel is refused before the escalation; after it, the
+    bot asks Slack (conversations.members, every page) and lets them decide. A failed lookup
+    refuses (fails closed) and changes nothing. The first card is redrawn to say where and
+    when it was escalated."""
+    monkeypatch.setenv("APPROVALS_ESCALATE_AFTER", "2")
+    monkeypatch.setenv("APPROVALS_ESCALATE_TO", "C0ESC")
+    slack.channel_members["C0ESC"] = [f"UM{n:04d}" for n in range(450)] + ["UDAVE"]
+    pause_id = _pause()
+    card = card_of(slack, pause_id)
+    assert click(slack, services.bot_url, "approve", pause_id, "UDAVE", card.ts)[0] == 200
+    wait_until(lambda: _refusals(conn, pause_id, "UDAVE") == 1, 10, "the refusal")
+    assert store.load(conn, pause_id).status is Status.PENDING
+    assert not slack.calls("conversations.members")  # not escalated yet: nobody asked
+
+    (escalated,) = wait_until(lambda: slack.messages("C0ESC"), 20, "the escalated card")
+    first = wait_until(
+        lambda: [u for u in slack.calls("chat.update") if u["args"].get("ts") == card.ts
+                 and "Escalated" in json.dumps(u["args"].get("blocks"))],
+        10,
+        "the first card redrawn to show the escalation",
+    )  # fmt: skip
+    assert "C0ESC" in json.dumps(first[0]["args"]["blocks"])
+    assert "Escalated" in block_text(slack.message(CHANNEL, card.ts))
+
+    slack.fail_next("conversations.members", error="internal_error")
+    assert click(slack, services.bot_url, "approve", pause_id, "UDAVE", escalated.ts)[0] == 200
+    wait_until(
+        lambda: _refusals(conn, pause_id, "UDAVE") == 2,
+        10,
+        "the refusal while Slack could not say who is in the channel",
+    )
+    assert store.load(conn, pause_id).status is Status.PENDING
+
+    assert click(slack, services.bot_url, "approve", pause_id, "UDAVE", escalated.ts)[0] == 200
+    decided = wait_status(conn, pause_id, Status.APPROVED, Status.RUNNING, Status.COMPLETED)
+    assert decided.decision is not None and decided.decision.actor == "UDAVE"
+    pages = slack.calls("conversations.members")
+    assert len(pages) == 1 + 3  # the failed lookup, then three pages of 200
+    assert [p["args"].get("channel") for p in pages] == ["C0ESC"] * 4

@@ -174,6 +174,26 @@ def test_form_bodies_and_query_methods(client: WebClient, standin: SlackStandIn)
     assert err.value.response["error"] == "no_such_subteam"
 
 
+def test_conversations_members_pages_like_slack(client: WebClient, standin: SlackStandIn) -> None:
+    """limit and cursor page the members; the last page's next_cursor is empty; a made-up
+    cursor or an unknown channel is an error, as in Slack."""
+    standin.channel_members = {"C9": [f"U{n}" for n in range(5)]}
+    first = client.conversations_members(channel="C9", limit=2)
+    assert first["members"] == ["U0", "U1"]
+    cursor = first["response_metadata"]["next_cursor"]
+    second = client.conversations_members(channel="C9", limit=2, cursor=cursor)
+    last = client.conversations_members(
+        channel="C9", limit=2, cursor=second["response_metadata"]["next_cursor"]
+    )
+    assert second["members"] == ["U2", "U3"] and last["members"] == ["U4"]
+    assert last["response_metadata"]["next_cursor"] == ""
+    for args, error in (({"channel": "C9", "cursor": "nope"}, "invalid_cursor"),
+                        ({"channel": "C0"}, "channel_not_found")):  # fmt: skip
+        with pytest.raises(SlackApiError) as err:
+            client.conversations_members(**args)
+        assert err.value.response["error"] == error
+
+
 def test_response_url_records_body(standin: SlackStandIn, client: WebClient) -> None:
     """A response URL answers "ok" and replace_original updates the message it is bound to."""
     ts = client.chat_postMessage(channel="C1", text="card")["ts"]

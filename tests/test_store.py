@@ -692,3 +692,23 @@ def test_a_malformed_group_cache_is_ignored(conn, stored):
     """A cached value that is not a list of ids is treated as not cached."""
     conn.set(f"{store.PREFIX}usergroup:S1", stored)
     assert store.cached_group(conn, "S1") is None
+
+
+def test_a_turn_is_settled_once_when_its_last_call_is_decided(conn):
+    """settle_turn: False while a call waits; True once, for the first caller to find every
+    call decided; a turn's record reads with all its calls, and only the lead is a pause."""
+    ids = ("aaaa000000000001", "aaaa000000000002")
+    pipe = None
+    for n, approval_id in enumerate(ids):
+        approval = make_approval(id=approval_id, tool_call_id=f"tc_{n}", turn=ids, run_id="run-t")
+        pipe = store.create(conn, approval, HISTORY if n == 0 else [], pipeline=pipe,
+                            in_run=n == 0)  # fmt: skip
+    pipe.execute()
+    assert [a.id for a in store.load(conn, ids[1]).turn_calls] == list(ids)
+    assert store.run_pauses(conn, "run-t") == [ids[0]]
+    assert store.turn_pending(conn, ids) == list(ids)
+    store.transition(conn, ids[0], Status.APPROVED, sources=[Status.PENDING])
+    assert not store.settle_turn(conn, ids)
+    store.transition(conn, ids[1], Status.REJECTED, sources=[Status.PENDING])
+    assert store.turn_pending(conn, ids) == []
+    assert [store.settle_turn(conn, ids) for _ in range(3)] == [True, False, False]

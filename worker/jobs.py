@@ -7,6 +7,7 @@ published once.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -98,10 +99,19 @@ def post_card(approval_id: str) -> str | None:
         if store.card_posted(_conn(), approval_id):  # by the attempt that held the lock before
             return None
         ts = slack.post_card(_client(), approval)
+        for call_id in approval.turn[1:]:  # the turn's other calls are on this card too
+            store.set_card(_conn(), call_id, ts)
         recorded, now = store.record_card(_conn(), approval_id, ts)
         if recorded:
             store.audit(_conn(), approval_id, "card_posted", "bot", channel=approval.channel, ts=ts)
         log.info("card posted in %s (ts %s)", approval.channel, ts)
+        if now.status is Status.PENDING and any(
+            c.status is not Status.PENDING or c.votes for c in now.turn_calls
+        ):  # a call of the turn was decided while its card was being posted
+            slack.update_card(_client(), now)
+            for call in now.turn_calls[1:]:
+                if call.status is not Status.PENDING:
+                    slack.announce_decision(_client(), _conn(), store.load(_conn(), call.id))
         # Someone may have clicked the card before its ts was recorded (see announce_decision).
         if now.status is not Status.PENDING:
             slack.announce_decision(_client(), _conn(), now)
@@ -149,7 +159,11 @@ def remind_approvers(approval_id: str) -> None:
     following = reminders.next_reminder_at(approval, round_)
     if following is not None:  # first, so a failed post does not end the reminders
         store.add_deadline(conn, queue.REMIND_DEADLINE, approval_id, following)
-    if not store.claim(conn, approval_id, f"reminded_{round_}"):
+    pending = store.turn_pending(conn, approval.turn) if approval.in_turn else [approval_id]
+    if not reminders.acts_for_card(approval, pending):
+        return  # an earlier call of the turn still waits: its reminder speaks for the card
+    # Claimed on the card's approval (the turn's lead), so each round is sent once per card.
+    if not store.claim(conn, approval.turn_lead, f"reminded_{round_}"):
         return
     client = _client()
     people = reminders.approvers_to_remind(
@@ -166,15 +180,24 @@ def escalate_approval(approval_id: str) -> None:
     approval = store.load(conn, approval_id)
     if approval.status is not Status.PENDING or not approval.escalate_to:
         return
-    if not store.claim(conn, approval_id, "escalated"):
+    pending = store.turn_pending(conn, approval.turn) if approval.in_turn else [approval_id]
+    if not reminders.acts_for_card(approval, pending):
+        return  # an earlier call of the turn still waits: its escalation speaks for the card
+    # The whole card is escalated: every call of a turn, claimed on the card's approval.
+    whole = list(approval.turn) if approval.in_turn else [approval_id]
+    if not store.claim(conn, approval.turn_lead, "escalated"):
         return
+    for call_id in whole:
+        if call_id != approval.turn_lead:
+            store.claim(conn, call_id, "escalated")
     approval = store.load(conn, approval_id)  # with its escalation time, for the cards
     channels = reminders.escalation_channels(approval)
     try:
         slack.escalate(_client(), approval, channels, reminders.escalation_groups(approval))
     except Exception:
         # Slack refused or was away: try again shortly, as a deadline like the first.
-        store.release(conn, approval_id, "escalated")
+        for call_id in whole:
+            store.release(conn, call_id, "escalated")
         store.add_deadline(conn, queue.ESCALATE_DEADLINE, approval_id, time.time() + 30)
         raise
     store.audit(conn, approval_id, "escalated", "system", to=list(approval.escalate_to))
@@ -201,6 +224,13 @@ def resume_approval(approval_id: str) -> str:
     recovery (``approvals.recovery``) tell a live run from one whose worker died.
     """
     conn, settings = _conn(), _settings()
+    waiting = store.load(conn, approval_id)
+    if waiting.in_turn and waiting.turn_lead != approval_id:
+        log.warning("approval %s resumes with its turn's lead %s", approval_id, waiting.turn_lead)
+        return "skipped"
+    if waiting.in_turn and store.turn_pending(conn, waiting.turn):
+        log.warning("approval %s: its turn still waits for decisions", approval_id)
+        return "skipped"
     # The lease comes with the move: a running approval without one is taken for dead.
     taken = store.transition(
         conn,
@@ -232,7 +262,7 @@ def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
     decision = approval.decision
     if decision is None or not decision.kind.runs_tool:
         show_soon()
-    result = _run(conn, settings, approval, show_soon, history)
+    result, calls = _run(conn, settings, approval, show_soon, history)
     if result.status is Status.INTERRUPTED:
         _record_end(conn, approval_id, Status.INTERRUPTED, "interrupted", reason=result.error or "")
         _call_off(shown)
@@ -251,17 +281,43 @@ def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
         executed_arguments=result.executed_arguments,
         tool_output=result.tool_output or "",
     )
+    if approval.in_turn:
+        _record_turn_end(conn, approval, result, calls)
     _call_off(shown)
     if finished and result.status in (Status.COMPLETED, Status.FAILED):
         _finish_run(conn, settings, approval_id)
     elif finished and result.status is Status.PAUSED and approval.run_id is not None:
         _wake(conn, approval.run_id, settings.result_ttl)
-    if finished:  # what was just stored, without reading it back
+    if finished and not approval.in_turn:  # what was just stored, without reading it back
         approval.status, approval.result = result.status, result
     else:  # moved on meanwhile (recovery took it for dead): show what the record says
         approval = store.load(conn, approval_id)
     _publish_now(approval, finished)
     return result.status.value
+
+
+def _record_turn_end(
+    conn: redis.Redis,
+    lead: Approval,
+    result: RunResult,
+    calls: dict[str, tuple[dict[str, Any] | None, str | None]],
+) -> None:
+    """The other calls of the lead's turn ran (or were refused) in the lead's resume: each
+    ends as the run did, with what its own tool ran with and returned. Their results are
+    shown on the turn's one card, with the lead's, so none is published on its own."""
+    for call_id in lead.turn[1:]:
+        ran_with, output = calls.get(call_id, (None, None))
+        own = dataclasses.replace(result, executed_arguments=ran_with, tool_output=output)
+        moved = store.transition(
+            conn, call_id, Status.RUNNING, sources=DECIDED, lease=LEASE_SECONDS,
+            event=store.audit_entry("resume_started", "worker", turn=lead.id),
+        ).ok  # fmt: skip
+        if moved:
+            _record_end(
+                conn, call_id, result.status, "resume_finished",
+                {"result": json.dumps(result_to_dict(own)), PUBLISHED: repr(time.time())},
+                status=result.status.value, turn=lead.id, tool_output=output or "",
+            )  # fmt: skip
 
 
 def _finish_run(conn: redis.Redis, settings: Settings, approval_id: str) -> None:
@@ -306,18 +362,18 @@ def _run(
     approval: Approval,
     on_tool_start: Callable[[], None],
     history: bytes | None,
-) -> RunResult:
+) -> tuple[RunResult, dict[str, tuple[dict[str, Any] | None, str | None]]]:
     try:
         saved = store.parse_history(approval.id, history)  # a broken one fails the run
         with receipts.holding(approval.receipt):  # what approvals.receipt() gives the tool
             resumed = agent.resume(conn, settings, approval, on_tool_start, saved)
     except ToolAlreadyStarted as exc:  # another attempt started the tool: never twice
-        return RunResult(Status.INTERRUPTED, error=str(exc))
+        return RunResult(Status.INTERRUPTED, error=str(exc)), {}
     except ResumeError as exc:
-        return RunResult(Status.FAILED, error=str(exc))
+        return RunResult(Status.FAILED, error=str(exc)), {}
     except Exception as exc:  # the agent's own failure is reported, not retried blindly
         log.exception("resume of approval %s failed", approval.id)
-        return RunResult(Status.FAILED, error=f"{type(exc).__name__}: {exc}")
+        return RunResult(Status.FAILED, error=f"{type(exc).__name__}: {exc}"), {}
     outcome = resumed.outcome
     paused = outcome.status == "paused"
     return RunResult(
@@ -326,7 +382,7 @@ def _run(
         next_approval_id=outcome.pause_id if paused else None,
         executed_arguments=resumed.executed_arguments,
         tool_output=resumed.tool_output,
-    )
+    ), resumed.calls
 
 
 def _call_off(notices: list[threading.Timer]) -> None:

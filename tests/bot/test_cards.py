@@ -716,3 +716,29 @@ def test_a_tool_output_with_a_very_long_answer_stays_within_the_block_limit():
 def test_no_result_no_messages():
     """Before the run ends there is nothing to post."""
     assert build_result_messages(make_approval()) == []
+
+
+def test_a_turn_card_lists_each_call_with_its_buttons_and_fits_slack():
+    """Every call with its own buttons (or who decided it), Approve all while two wait, and
+    at most 20 calls shown within 50 blocks, with a line counting the rest."""
+    from approvals.cards import APPROVE_ALL_ACTION, build_card
+
+    ids = tuple(f"{n:016x}" for n in range(25))
+    calls = [
+        make_approval(id=i, tool_call_id=f"tc_{i}", turn=ids, arguments={"path": f"p{n}"})
+        for n, i in enumerate(ids)
+    ]
+    calls[1] = make_decided(Status.REJECTED, DecisionKind.REJECT, id=ids[1], turn=ids)
+    lead = calls[0]
+    lead.turn_calls = tuple(calls)
+    blocks = build_card(lead)
+    assert len(blocks) <= MESSAGE_BLOCKS
+    approve = [e["value"] for b in blocks if b["type"] == "actions" for e in b["elements"]
+               if e.get("action_id") == "approval_approve"]  # fmt: skip
+    assert approve == [ids[0], *ids[2:20]]
+    text = json.dumps(blocks)
+    assert "rejected by <@UALICE>" in text and "5 more calls of this turn not shown" in text
+    assert APPROVE_ALL_ACTION in text
+    for call in calls:
+        call.status = Status.REJECTED
+    assert APPROVE_ALL_ACTION not in json.dumps(build_card(lead))

@@ -21,7 +21,8 @@ Usage::
 Supported methods (``POST`` or ``GET /api/<method>``, JSON or form bodies, query strings):
 ``apps.connections.open``, ``auth.test``, ``chat.postMessage``, ``chat.update``,
 ``chat.postEphemeral``, ``views.open``, ``views.update``, ``views.publish``,
-``usergroups.users.list``, ``conversations.info`` and ``users.info``. Anything else answers
+``usergroups.users.list``, ``conversations.info``, ``conversations.members`` (paged with
+``limit`` and ``cursor`` as Slack pages it) and ``users.info``. Anything else answers
 ``unknown_method``. ``multipart/form-data`` bodies (file uploads) are not understood and
 answer ``invalid_form_data``. A missing token answers
 ``not_authed``, a wrong one ``invalid_auth``. Beyond the 50-block limit it refuses duplicate or
@@ -42,6 +43,7 @@ a slash command or an event down it as Slack's envelope and returns the app's ac
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import itertools
@@ -76,7 +78,10 @@ RESPONSE_URL_USES = 5
 
 _BOT_ID = "B0001"
 _APP_ID = "A0001"
-_SCOPES = "chat:write,chat:write.public,commands,im:write,usergroups:read,users:read"
+_SCOPES = (
+    "channels:read,chat:write,chat:write.public,commands,groups:read,im:write,usergroups:read,"
+    "users:read"
+)
 _JSON_STRING_FIELDS = ("blocks", "view", "attachments")
 _FIRST_TS_SECONDS = 1_700_000_000
 
@@ -146,6 +151,7 @@ class SlackStandIn:
         bot_user_id: str = "UBOT",
         team_id: str = "T0001",
         usergroups: dict[str, list[str]] | None = None,
+        channel_members: dict[str, list[str]] | None = None,
     ) -> None:
         self.token = token
         self.app_token = app_token
@@ -153,6 +159,9 @@ class SlackStandIn:
         self.team_id = team_id
         self._initial_usergroups = dict(usergroups or {})
         self.usergroups: dict[str, list[str]] = dict(self._initial_usergroups)
+        self._initial_channel_members = dict(channel_members or {})
+        #: Who ``conversations.members`` lists per channel id (unknown: ``channel_not_found``).
+        self.channel_members: dict[str, list[str]] = dict(self._initial_channel_members)
         self._lock = threading.RLock()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -171,6 +180,7 @@ class SlackStandIn:
             "views.publish": self._views_publish,
             "usergroups.users.list": self._usergroups_users_list,
             "conversations.info": self._conversations_info,
+            "conversations.members": self._conversations_members,
             "users.info": self._users_info,
         }
         self.reset()
@@ -232,8 +242,8 @@ class SlackStandIn:
     def reset(self) -> None:
         """Forget every recorded call, message, view and response, and all queued faults.
 
-        ``usergroups`` goes back to what the constructor was given, so one test's groups
-        cannot leak into the next.
+        ``usergroups`` and ``channel_members`` go back to what the constructor was given, so
+        one test's groups cannot leak into the next.
         """
         with self._lock:
             self._calls: list[dict[str, Any]] = []
@@ -249,6 +259,7 @@ class SlackStandIn:
             self._ts_counter = itertools.count(1)
             self._view_counter = itertools.count(1)
             self.usergroups = dict(self._initial_usergroups)
+            self.channel_members = dict(self._initial_channel_members)
         self.socket_mode.reset()
 
     def new_response_url(self, *, channel: str | None = None, message_ts: str | None = None) -> str:
@@ -643,6 +654,34 @@ class SlackStandIn:
         if is_im:
             info["user"] = "U" + channel[1:]
         return {"ok": True, "channel": info}
+
+    def _conversations_members(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Slack's shape: ``members`` and ``response_metadata.next_cursor`` ("" on the last
+        page); ``limit`` defaults to 100 and is capped at 1000; cursors are opaque base64."""
+        channel = _require(args, "channel", "channel_not_found")
+        try:
+            limit = min(max(int(args.get("limit") or 100), 1), 1000)
+        except (TypeError, ValueError):
+            raise ApiError("invalid_limit") from None
+        start = 0
+        cursor = args.get("cursor")
+        if cursor:
+            try:
+                decoded = base64.b64decode(str(cursor), validate=True).decode()
+                kind, _, offset = decoded.partition(":")
+                start = int(offset)
+            except (ValueError, UnicodeDecodeError):
+                raise ApiError("invalid_cursor") from None
+            if kind != "offset" or start < 0:
+                raise ApiError("invalid_cursor")
+        with self._lock:
+            members = self.channel_members.get(channel)
+            if members is None:
+                raise ApiError("channel_not_found")
+            page = list(members[start : start + limit])
+            more = start + limit < len(members)
+        next_cursor = base64.b64encode(f"offset:{start + limit}".encode()).decode() if more else ""
+        return {"ok": True, "members": page, "response_metadata": {"next_cursor": next_cursor}}
 
     def _users_info(self, args: dict[str, Any]) -> dict[str, Any]:
         user = _require(args, "user", "user_not_found")

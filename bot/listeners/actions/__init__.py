@@ -10,12 +10,14 @@ from typing import Any
 from slack_bolt import Ack, App, Respond
 from slack_sdk import WebClient
 
-from approvals import grants, slack
+from approvals import grants, slack, store
 from approvals.cards import (
     APPROVE_ACTION,
+    APPROVE_ALL_ACTION,
     APPROVE_SCOPE_ACTION,
     EDIT_ACTION,
     REJECT_ACTION,
+    REJECT_ALL_ACTION,
     RESPOND_ACTION,
     RETRY_ACTION,
     REVOKE_GRANT_ACTION,
@@ -61,6 +63,8 @@ def register(app: App) -> None:
     app.action(re.compile(f"^{BULK_PICK_ACTION}-"))(acknowledge)
     for action in (BULK_APPROVE_ACTION, BULK_REJECT_ACTION):
         app.action(action)(ack=acknowledge, lazy=[handle_bulk])
+    for action in (APPROVE_ALL_ACTION, REJECT_ALL_ACTION):
+        app.action(action)(ack=acknowledge, lazy=[handle_turn])
 
 
 def _clicked(body: dict[str, Any]) -> tuple[str, str, str | None] | None:
@@ -162,6 +166,41 @@ def handle_bulk(
     _tell(respond, bulk_summary(results, "Approved" if approve else "Rejected"))
     if isinstance(view, dict) and view.get("type") == "home":
         publish_home(runtime, client, user)
+
+
+def handle_turn(
+    body: dict[str, Any], context: dict[str, Any], client: WebClient, respond: Respond
+) -> None:
+    """The "Approve all" / "Reject all" buttons of a turn's card: every call of the turn
+    still waiting, each checked and decided on its own (``decide_many``); say what was
+    refused."""
+    runtime = runtime_of(context)
+    clicked = _clicked(body)
+    if clicked is None:
+        return
+    lead_id, user, name = clicked
+    approve = body["actions"][0].get("action_id") == APPROVE_ALL_ACTION
+    try:
+        lead = store.load(runtime.conn, lead_id)
+    except ApprovalsError as exc:
+        _tell(respond, explain(exc))
+        return
+    waiting = store.turn_pending(runtime.conn, lead.turn) if lead.in_turn else []
+    if not waiting:
+        _tell(respond, "Nothing of this turn waits for a decision any more.")
+        return
+    kind = DecisionKind.APPROVE if approve else DecisionKind.REJECT
+    results = decide_many(
+        runtime.conn, runtime.settings, waiting, kind, user,
+        actor_name=name, members_of=runtime.members_of,
+    )  # fmt: skip
+    for result in results:
+        if result.approval is not None:
+            if result.approval.status is Status.PENDING:
+                slack.announce_vote(client, result.approval)
+            else:
+                slack.announce_decision(client, runtime.conn, result.approval)
+    _tell(respond, bulk_summary(results, "Approved" if approve else "Rejected"))
 
 
 def handle_revoke_grant(body: dict[str, Any], context: dict[str, Any], client: WebClient) -> None:
