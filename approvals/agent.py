@@ -499,14 +499,7 @@ def _screen(context: _RunContext, call: llm.ToolCall, gate: Gate) -> Screening:
         return Screening()
     if not context.rules:
         return _screen_grants(context, call, gate, None)
-    facts = policy.Call(
-        agent=context.agent,
-        tool=call.name,
-        args=call.arguments,
-        requester=context.requested_by or "",
-        channel=_channel(gate, context) or "",
-    )
-    verdict = automatic.judge(context.rules, facts)
+    verdict = automatic.judge(context.rules, _facts(context, call, gate))
     if not automatic.decides(verdict):
         context.verdicts[call.tool_call_id] = verdict
         if automatic.grants_may_decide(verdict):
@@ -521,6 +514,17 @@ def _screen(context: _RunContext, call: llm.ToolCall, gate: Gate) -> Screening:
     if decision.kind is DecisionKind.APPROVE:
         return Screening(run=True)
     return Screening(output=f"Cancelled: {refusal_text(decision)}")
+
+
+def _facts(context: _RunContext, call: llm.ToolCall, gate: Gate) -> policy.Call:
+    """What the policy rules see of a call."""
+    return policy.Call(
+        agent=context.agent,
+        tool=call.name,
+        args=call.arguments,
+        requester=context.requested_by or "",
+        channel=_channel(gate, context) or "",
+    )
 
 
 def _screen_grants(
@@ -681,14 +685,7 @@ def _look_ahead(
     live grant would decide it alone, else (False, the rules' verdict, None without rules)."""
     verdict: policy.Verdict | None = None
     if context.rules:
-        facts = policy.Call(
-            agent=context.agent,
-            tool=call.name,
-            args=call.arguments,
-            requester=context.requested_by or "",
-            channel=_channel(gate, context) or "",
-        )
-        verdict = policy.evaluate(context.rules, facts)
+        verdict = policy.evaluate(context.rules, _facts(context, call, gate))
         if automatic.decides(verdict):
             return True, verdict
         if not automatic.grants_may_decide(verdict):

@@ -959,6 +959,17 @@ def settle_turn(conn: redis.Redis, turn: Sequence[str]) -> bool:
                             [TURN_SETTLED]))  # fmt: skip
 
 
+def turn_of(conn: redis.Redis, approval_id: str) -> tuple[str, ...]:
+    """The calls of the turn ``approval_id`` is part of, lead first (empty when it is alone
+    in its turn, or unknown), read from its record alone: the resume job asks before every
+    run, so it does not build the whole approval for it."""
+    record = _json(cast(bytes | None, conn.hget(approval_key(approval_id), "record")))
+    turn = record.get("turn", []) if isinstance(record, dict) else []
+    if not isinstance(turn, list) or not all(isinstance(call, str) for call in turn):
+        raise CorruptRecord("field 'turn' must be a list of strings")
+    return tuple(turn) if len(turn) > 1 else ()
+
+
 def turn_pending(conn: redis.Redis, turn: Sequence[str]) -> list[str]:
     """The calls of a turn still waiting for a decision."""
     pipe = conn.pipeline(transaction=False)

@@ -22,7 +22,7 @@ from slack_sdk import WebClient
 
 from approvals import agent, outcomes, queue, receipts, reminders, review, slack, store
 from approvals.config import Settings
-from approvals.errors import ResumeError, ToolAlreadyStarted, UnknownApproval
+from approvals.errors import ResumeError, ToolAlreadyStarted
 from approvals.logs import bind_approval
 from approvals.models import DECIDED, Approval, RunResult, Status, result_to_dict
 from approvals.recovery import LEASE_SECONDS
@@ -224,14 +224,11 @@ def resume_approval(approval_id: str) -> str:
     recovery (``approvals.recovery``) tell a live run from one whose worker died.
     """
     conn, settings = _conn(), _settings()
-    try:
-        waiting: Approval | None = store.load(conn, approval_id)
-    except UnknownApproval:  # nothing to resume: the move below says so
-        waiting = None
-    if waiting is not None and waiting.in_turn and waiting.turn_lead != approval_id:
-        log.warning("approval %s resumes with its turn's lead %s", approval_id, waiting.turn_lead)
+    turn = store.turn_of(conn, approval_id)
+    if turn and turn[0] != approval_id:
+        log.warning("approval %s resumes with its turn's lead %s", approval_id, turn[0])
         return "skipped"
-    if waiting is not None and waiting.in_turn and store.turn_pending(conn, waiting.turn):
+    if turn and store.turn_pending(conn, turn):
         log.warning("approval %s: its turn still waits for decisions", approval_id)
         return "skipped"
     # The lease comes with the move: a running approval without one is taken for dead.

@@ -40,7 +40,7 @@ from bot.pending import (
     selected_ids,
 )
 from bot.replies import bulk_summary, explain
-from bot.runtime import runtime_of
+from bot.runtime import Runtime, runtime_of
 
 _MODALS = {
     REJECT_ACTION: (DecisionKind.REJECT, build_reject_modal),
@@ -149,21 +149,10 @@ def handle_bulk(
     state = view.get("state") if isinstance(view, dict) else body.get("state")
     picked = selected_ids(state)
     approve = body["actions"][0].get("action_id") == BULK_APPROVE_ACTION
-    kind = DecisionKind.APPROVE if approve else DecisionKind.REJECT
     if not picked:
         _tell(respond, "Tick the requests to decide first.")
         return
-    results = decide_many(
-        runtime.conn, runtime.settings, picked, kind, user,
-        actor_name=name, members_of=runtime.members_of,
-    )  # fmt: skip
-    for result in results:
-        if result.approval is not None:
-            if result.approval.status is Status.PENDING:
-                slack.announce_vote(client, result.approval)
-            else:
-                slack.announce_decision(client, runtime.conn, result.approval)
-    _tell(respond, bulk_summary(results, "Approved" if approve else "Rejected"))
+    _decide_all(runtime, client, respond, picked, approve, user, name)
     if isinstance(view, dict) and view.get("type") == "home":
         publish_home(runtime, client, user)
 
@@ -189,9 +178,23 @@ def handle_turn(
     if not waiting:
         _tell(respond, "Nothing of this turn waits for a decision any more.")
         return
+    _decide_all(runtime, client, respond, waiting, approve, user, name)
+
+
+def _decide_all(
+    runtime: Runtime,
+    client: WebClient,
+    respond: Respond,
+    approval_ids: list[str],
+    approve: bool,
+    user: str,
+    name: str | None,
+) -> None:
+    """Approve or reject each of ``approval_ids`` on its own (``decide_many``), show each
+    decision on its card, and tell the clicker what was refused."""
     kind = DecisionKind.APPROVE if approve else DecisionKind.REJECT
     results = decide_many(
-        runtime.conn, runtime.settings, waiting, kind, user,
+        runtime.conn, runtime.settings, approval_ids, kind, user,
         actor_name=name, members_of=runtime.members_of,
     )  # fmt: skip
     for result in results:
