@@ -706,6 +706,7 @@ def test_a_turn_is_settled_once_when_its_last_call_is_decided(conn):
     pipe.execute()
     assert [a.id for a in store.load(conn, ids[1]).turn_calls] == list(ids)
     assert store.run_pauses(conn, "run-t") == [ids[0]]
+    assert store.turn_of(conn, ids[1]) == ids and store.turn_of(conn, "nope") == ()
     assert store.turn_pending(conn, ids) == list(ids)
     store.transition(conn, ids[0], Status.APPROVED, sources=[Status.PENDING])
     assert not store.settle_turn(conn, ids)
