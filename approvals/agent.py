@@ -22,7 +22,7 @@ import llm
 import redis
 from llm.parts import Message, ToolCallPart, ToolResultPart
 
-from approvals import automatic, grants, llm_log, outcomes, policy, queue, store
+from approvals import automatic, grants, llm_log, outcomes, policy, queue, reminders, store
 from approvals.config import Settings
 from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
 from approvals.gate import Gate, Screening, current_approval, gate_of, released, screened
@@ -586,18 +586,10 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         approval = _new_approval(asked_call, pause.tool_results, context, asked_gate, channel)
         waits = _required(approval, asked_gate, asked_verdict, settings)
         approval.expires_at = 0.0 if waits is None else approval.created_at + waits
-        approval.remind_after = (
-            settings.remind_after if asked_gate.remind_after is None else asked_gate.remind_after
-        )
-        approval.escalate_to = (
-            settings.escalate_to if asked_gate.escalate_to is None else asked_gate.escalate_to
-        )
-        escalate = (
-            settings.escalate_after
-            if asked_gate.escalate_after is None
-            else asked_gate.escalate_after
-        )
-        approval.escalate_after = escalate if approval.escalate_to else 0.0
+        reminders.set_schedule(
+            approval, settings, asked_gate.remind_after, asked_gate.escalate_after,
+            asked_gate.escalate_to,
+        )  # fmt: skip
         events = automatic.verdict_events(asked_verdict) if asked_verdict is not None else []
         made.append((approval, waits, events))
     lead = made[0][0]

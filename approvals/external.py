@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from approvals import automatic, policy, queue, store
+from approvals import automatic, policy, queue, reminders, store
 from approvals.config import Settings
 from approvals.errors import ConfigError, NotAllowed, UnknownApproval
 from approvals.models import Approval, DecisionKind, Policy, RunResult, Status, ToolRef
@@ -107,7 +107,9 @@ def ask(conn: redis.Redis, settings: Settings, request: ExternalRequest) -> tupl
     )
     assert waits is not None
     approval.expires_at = approval.created_at + waits
-    _reminders(settings, request, approval)
+    reminders.set_schedule(
+        approval, settings, request.remind_after, request.escalate_after, request.escalate_to
+    )
     digest = _key_digest(request.idempotency_key)
     if digest is not None:
         ttl = int(waits) + settings.result_ttl
@@ -136,17 +138,6 @@ def _decide_or_save(
             return
     events = automatic.verdict_events(verdict) if verdict is not None else []
     _save(conn, settings, approval, events)
-
-
-def _reminders(settings: Settings, request: ExternalRequest, approval: Approval) -> None:
-    """The reminder and escalation deadlines, from the request, else from the settings."""
-    remind = request.remind_after
-    approval.remind_after = settings.remind_after if remind is None else remind
-    escalate_to = request.escalate_to
-    approval.escalate_to = settings.escalate_to if escalate_to is None else escalate_to
-    escalate = request.escalate_after
-    escalate = settings.escalate_after if escalate is None else escalate
-    approval.escalate_after = escalate if approval.escalate_to else 0.0
 
 
 def run_of(approval: Approval) -> str | None:

@@ -21,6 +21,21 @@ from approvals.models import Approval
 MAX_REMINDERS = 3
 
 
+def set_schedule(
+    approval: Approval,
+    settings: Settings,
+    remind_after: float | None,
+    escalate_after: float | None,
+    escalate_to: tuple[str, ...] | None,
+) -> None:
+    """The approval's reminder and escalation times: what its gate (or API request) asks,
+    else the settings'; no escalation without somewhere to escalate to."""
+    approval.remind_after = settings.remind_after if remind_after is None else remind_after
+    approval.escalate_to = settings.escalate_to if escalate_to is None else escalate_to
+    escalate = settings.escalate_after if escalate_after is None else escalate_after
+    approval.escalate_after = escalate if approval.escalate_to else 0.0
+
+
 def due_round(approval: Approval, now: float) -> int:
     """Which reminder is due at ``now`` (0: none yet), at most ``MAX_REMINDERS``."""
     if approval.remind_after <= 0:
