@@ -248,7 +248,7 @@ def group_members(client: WebClient, conn: redis.Redis, group_id: str) -> list[s
 
     A group Slack cannot resolve counts as empty: nobody is let in through it.
     """
-    cached = store.cached_group(conn, group_id)
+    cached = store.cached_members(conn, group_id)
     if cached is not None:
         return cached
     try:
@@ -257,7 +257,7 @@ def group_members(client: WebClient, conn: redis.Redis, group_id: str) -> list[s
         members = [str(u) for u in users]
     except SlackApiError:
         members = []
-    store.cache_group(conn, group_id, members, GROUP_CACHE_SECONDS)
+    store.cache_members(conn, group_id, members, GROUP_CACHE_SECONDS)
     return members
 
 
@@ -269,30 +269,26 @@ CHANNEL_MAX_PAGES = 50
 
 def channel_members(client: WebClient, conn: redis.Redis, channel: str) -> list[str]:
     """Members of a Slack channel (an escalation channel), every page of
-    ``conversations.members``, cached in Redis like a user group's.
+    ``conversations.members`` (slack_sdk follows the cursors), cached in Redis like a user
+    group's.
 
     A lookup that fails answers nobody and is not cached, so a decision made while Slack is
     away is refused (fails closed) and the next one asks Slack again.
     """
-    cached = store.cached_channel(conn, channel)
+    cached = store.cached_members(conn, channel)
     if cached is not None:
         return cached
     members: list[str] = []
-    cursor = ""
     try:
-        for _ in range(CHANNEL_MAX_PAGES):
-            response = client.conversations_members(
-                channel=channel, limit=CHANNEL_PAGE_SIZE, cursor=cursor or None
-            )
-            members += [str(u) for u in response.get("members") or []]
-            metadata = response.get("response_metadata") or {}
-            cursor = str(metadata.get("next_cursor") or "")
-            if not cursor:
+        pages = client.conversations_members(channel=channel, limit=CHANNEL_PAGE_SIZE)
+        for number, page in enumerate(pages, start=1):
+            members += [str(u) for u in page.get("members") or []]
+            if number == CHANNEL_MAX_PAGES:
                 break
     except SlackApiError:
         log.warning("conversations.members failed for %s: nobody is let in through it", channel)
         return []
-    store.cache_channel(conn, channel, members, GROUP_CACHE_SECONDS)
+    store.cache_members(conn, channel, members, GROUP_CACHE_SECONDS)
     return members
 
 

@@ -1134,32 +1134,22 @@ def recent_decisions(conn: redis.Redis, limit: int = 10) -> list[Approval]:
     return _load_many(conn, ids)
 
 
-def cached_group(conn: redis.Redis, group_id: str) -> list[str] | None:
-    """Members of a Slack user group as last fetched, or None when not cached."""
-    members = _json(cast(bytes | None, conn.get(f"{PREFIX}usergroup:{group_id}")))
+def members_key(target: str) -> str:
+    """Where the members of a Slack user group (``S...``) or a channel are cached."""
+    kind = "usergroup" if target.startswith("S") else "channel-members"
+    return f"{PREFIX}{kind}:{target}"
+
+
+def cached_members(conn: redis.Redis, target: str) -> list[str] | None:
+    """Members of a user group or a channel as last fetched, or None when not cached."""
+    members = _json(cast(bytes | None, conn.get(members_key(target))))
     if isinstance(members, list) and all(isinstance(m, str) for m in members):
         return members
     return None
 
 
-def cache_group(conn: redis.Redis, group_id: str, members: list[str], ttl: int) -> None:
-    conn.set(f"{PREFIX}usergroup:{group_id}", json.dumps(members), ex=ttl)
-
-
-def channel_members_key(channel: str) -> str:
-    return f"{PREFIX}channel-members:{channel}"
-
-
-def cached_channel(conn: redis.Redis, channel: str) -> list[str] | None:
-    """Members of a Slack channel as last fetched, or None when not cached."""
-    members = _json(cast(bytes | None, conn.get(channel_members_key(channel))))
-    if isinstance(members, list) and all(isinstance(m, str) for m in members):
-        return members
-    return None
-
-
-def cache_channel(conn: redis.Redis, channel: str, members: list[str], ttl: int) -> None:
-    conn.set(channel_members_key(channel), json.dumps(members), ex=ttl)
+def cache_members(conn: redis.Redis, target: str, members: list[str], ttl: int) -> None:
+    conn.set(members_key(target), json.dumps(members), ex=ttl)
 
 
 def seen_key(signature: str) -> str:

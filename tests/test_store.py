@@ -675,23 +675,23 @@ def test_recent_decisions_keep_only_the_latest_200(conn):
 
 def test_a_cached_user_group_is_read_back_until_it_expires(conn):
     """Group members are cached with a time to live; an unknown group is not cached."""
-    store.cache_group(conn, "S1", ["UA", "UB"], ttl=60)
-    assert store.cached_group(conn, "S1") == ["UA", "UB"]
+    store.cache_members(conn, "S1", ["UA", "UB"], ttl=60)
+    assert store.cached_members(conn, "S1") == ["UA", "UB"]
     assert 0 < conn.ttl(f"{store.PREFIX}usergroup:S1") <= 60
-    assert store.cached_group(conn, "S2") is None
+    assert store.cached_members(conn, "S2") is None
 
 
 def test_an_empty_group_is_cached_as_empty(conn):
     """A group with no members is cached as an empty list, not as missing."""
-    store.cache_group(conn, "S1", [], ttl=60)
-    assert store.cached_group(conn, "S1") == []
+    store.cache_members(conn, "S1", [], ttl=60)
+    assert store.cached_members(conn, "S1") == []
 
 
 @pytest.mark.parametrize("stored", ['{"UA": 1}', '["UA", 2]', '"UA"'])
 def test_a_malformed_group_cache_is_ignored(conn, stored):
     """A cached value that is not a list of ids is treated as not cached."""
     conn.set(f"{store.PREFIX}usergroup:S1", stored)
-    assert store.cached_group(conn, "S1") is None
+    assert store.cached_members(conn, "S1") is None
 
 
 def test_a_turn_is_settled_once_when_its_last_call_is_decided(conn):
