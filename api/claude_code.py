@@ -79,12 +79,12 @@ def _inside(path: str, project: str) -> bool:
 def run_hook(raw: str, settings: Settings, rules: HookRules, timeout: float) -> str:
     """The hook's stdout for one call (empty: not ours to decide). Never raises: a
     ``PreToolUse`` that fails denies; a ``PostToolUse`` that fails only logs to stderr."""
-    if is_post_event(raw):
-        report_hook(raw, settings, rules)
+    event = _event(raw)
+    if event is not None and _is_post(event):
+        report_hook(event, settings, rules)
         return ""
     try:
-        event = json.loads(raw)
-        if not isinstance(event, dict):
+        if event is None:
             raise ValueError("the hook input is not a JSON object")
         if not rules.needs_person(event):
             return ""
@@ -96,27 +96,32 @@ def run_hook(raw: str, settings: Settings, rules: HookRules, timeout: float) -> 
 def failure_output(raw: str, problem: str) -> str:
     """What the hook prints when it cannot even start (a bad option): a ``PreToolUse`` denies,
     a ``PostToolUse`` prints nothing and says why on stderr."""
-    if is_post_event(raw):
+    event = _event(raw)
+    if event is not None and _is_post(event):
         _log(f"the approvals hook is misconfigured ({problem}); the result was not reported")
         return ""
     return json.dumps(deny(f"the approvals hook is misconfigured ({problem}); denied"))
 
 
-def is_post_event(raw: str) -> bool:
-    """Whether the input is a ``PostToolUse``/``PostToolUseFailure`` event (anything else,
-    unreadable input included, is treated as ``PreToolUse``: it denies)."""
+def _event(raw: str) -> dict[str, Any] | None:
+    """The hook's input, or None when it is not a JSON object."""
     try:
         event = json.loads(raw)
     except ValueError:
-        return False
-    return isinstance(event, dict) and event.get("hook_event_name") in POST_EVENTS
+        return None
+    return event if isinstance(event, dict) else None
 
 
-def report_hook(raw: str, settings: Settings, rules: HookRules) -> None:
+def _is_post(event: dict[str, Any]) -> bool:
+    """Whether the input is a ``PostToolUse``/``PostToolUseFailure`` event (anything else,
+    unreadable input included, is treated as ``PreToolUse``: it denies)."""
+    return event.get("hook_event_name") in POST_EVENTS
+
+
+def report_hook(event: dict[str, Any], settings: Settings, rules: HookRules) -> None:
     """Report what an approved call did to its approval. Never raises, never blocks the agent:
     a call that needed no approval, or whose approval is not found, is left alone."""
     try:
-        event = json.loads(raw)
         if not rules.needs_person(event):
             return  # never asked: nothing to report (and no request to the API)
         key = idempotency_key_of(event)
@@ -131,15 +136,8 @@ def report_hook(raw: str, settings: Settings, rules: HookRules) -> None:
                 return  # asked under other rules, or reported already: not ours now
             client.report(found["id"], ok=ok, output=output)
     except Exception as exc:
-        _log(f"could not report the result of {event_name(raw)} to approvals: {exc}")
-
-
-def event_name(raw: str) -> str:
-    try:
-        event = json.loads(raw)
-        return f"{event.get('tool_name', 'a tool')} ({event.get('tool_use_id', '?')})"
-    except (ValueError, AttributeError):
-        return "a tool call"
+        call = f"{event.get('tool_name', 'a tool')} ({event.get('tool_use_id', '?')})"
+        _log(f"could not report the result of {call} to approvals: {exc}")
 
 
 def idempotency_key_of(event: dict[str, Any]) -> str | None:
