@@ -123,12 +123,7 @@ def build_card(approval: Approval) -> list[Block]:
         blocks.append(_section(truncate(approval.preview, SECTION_TEXT)))
     blocks.append({"type": "section", "fields": _fields(approval)})
     blocks.append(_section(arguments_text(approval.shown_arguments)))
-    if approval.siblings:
-        ran = "\n".join(
-            f"• `{s.name}` → {truncate(s.output.replace(chr(10), ' '), SIBLING_PREVIEW)}"
-            for s in approval.siblings[:10]
-        )
-        blocks.append(_context(f"Already ran this turn:\n{ran}"))
+    blocks.extend(_siblings(approval))
     decision = approval.decision
     if decision is not None and decision.kind is DecisionKind.EDIT:
         title = "*Edited before running:*\n"
@@ -146,12 +141,7 @@ def build_turn_card(calls: tuple[Approval, ...]) -> list[Block]:
         {"type": "header", "text": {"type": "plain_text", "text": truncate(title, HEADER_TEXT)}},
         {"type": "section", "fields": _fields(lead, with_tool=False)},
     ]
-    if lead.siblings:
-        ran = "\n".join(
-            f"• `{s.name}` → {truncate(s.output.replace(chr(10), ' '), SIBLING_PREVIEW)}"
-            for s in lead.siblings[:10]
-        )
-        blocks.append(_context(f"Already ran this turn:\n{ran}"))
+    blocks.extend(_siblings(lead))
     for number, call in enumerate(calls[:TURN_CALLS_SHOWN], 1):
         head = f"*{number}. `{call.tool_name}`*" + (f" · {call.summary}" if call.summary else "")
         if call.status is Status.PENDING and call.votes:
@@ -181,6 +171,17 @@ def build_turn_card(calls: tuple[Approval, ...]) -> list[Block]:
                        "elements": [approve, reject]})  # fmt: skip
     blocks.extend(_turn_run_state(calls, waiting))
     return blocks
+
+
+def _siblings(approval: Approval) -> list[Block]:
+    """The calls of the turn that already ran before the gated one, and what they returned."""
+    if not approval.siblings:
+        return []
+    ran = "\n".join(
+        f"• `{s.name}` → {truncate(s.output.replace(chr(10), ' '), SIBLING_PREVIEW)}"
+        for s in approval.siblings[:10]
+    )
+    return [_context(f"Already ran this turn:\n{ran}")]
 
 
 def _turn_call_state(call: Approval) -> Block:
