@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import json
 import logging
 import sys
@@ -175,12 +176,30 @@ def _json_config(toolbox: llm.Toolbox) -> dict[str, Any]:
 
 
 def import_modules(allowed: Sequence[str]) -> None:
-    """Import the allowed tool modules now (the worker does, so work-horses inherit them)."""
+    """Import the allowed tool modules now, and describe the functions they define.
+
+    The worker does this before it forks, so every work-horse inherits both the modules and
+    llm's description of each tool (a pydantic model built from the signature). A horse's
+    cache dies with it: without this, every job would build its tools' schemas again before
+    the approved tool could start.
+    """
     for name in allowed:
         try:
             importlib.import_module(name)
         except ImportError as exc:  # the resume that needs it reports it on its approval
             log.warning("APPROVALS_TOOL_MODULES: cannot import %s: %s", name, exc)
+    for name, module in list(sys.modules.items()):
+        if _allowed(name, allowed):  # the submodules the packages imported too
+            _describe_functions(module)
+
+
+def _describe_functions(module: types.ModuleType) -> None:
+    for value in list(vars(module).values()):
+        if inspect.isfunction(value) and value.__module__ == module.__name__:
+            try:
+                describe_tool(value)
+            except Exception:  # not every function is a tool; a resume reports a bad one
+                continue
 
 
 def import_tools(refs: Sequence[ToolRef], allowed: Sequence[str]) -> list[AgentTool]:

@@ -11,7 +11,7 @@ import pytest
 
 from approvals.errors import GateError, ResumeError
 from approvals.models import ToolRef
-from approvals.tools import check_allowed, describe_tool, import_tools, tool_refs
+from approvals.tools import check_allowed, describe_tool, import_modules, import_tools, tool_refs
 from tests.agents.tools import delete_path, list_files, read_file, send_email
 
 AGENT_TOOLS = [list_files, read_file, delete_path, send_email]
@@ -29,6 +29,18 @@ class Network:
     def trace(host: str) -> str:
         """Trace the route to a host."""
         return f"traced {host}"
+
+
+def test_importing_the_tool_modules_describes_their_tools_ahead_of_any_resume():
+    """The worker imports its tool modules before it forks; each work-horse then finds its
+    tools' schemas built, instead of building them again for every job."""
+    describe_tool.cache_clear()
+    import_modules(ALLOWED)
+    before = describe_tool.cache_info()
+    assert import_tools(tool_refs(AGENT_TOOLS), ALLOWED) == AGENT_TOOLS
+    after = describe_tool.cache_info()
+    assert after.misses == before.misses  # nothing described again
+    assert after.hits > before.hits
 
 
 def test_tool_refs_name_module_and_qualname():
