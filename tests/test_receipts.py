@@ -12,7 +12,16 @@ from pathlib import Path
 import jwt
 import pytest
 
-from approvals import InvalidReceipt, keys, receipts, review, run_agent, store, verify_receipt
+from approvals import (
+    InvalidReceipt,
+    grants,
+    keys,
+    receipts,
+    review,
+    run_agent,
+    store,
+    verify_receipt,
+)
 from approvals.config import Settings
 from approvals.models import DecisionKind, Policy, Status
 from approvals.receipts import DecidedBy
@@ -132,15 +141,64 @@ def test_a_token_with_another_algorithm_is_refused(key_path):
         verify_receipt(token, tool="delete_path", arguments=ARGS, keys=_jwks(key_path))
 
 
-def test_require_person_refuses_a_grant(key_path):
-    """A call a grant released verifies, but not when a person's decision is required."""
-    token = _sign(key_path, decided_by=DecidedBy.GRANT)
+@pytest.mark.parametrize(
+    ("decided_by", "names", "why"),
+    [
+        (
+            DecidedBy.GRANT,
+            {"grant": "g-42", "granted_by": "UALICE"},
+            "grant g-42 \\(made by UALICE\\) released it",
+        ),
+        (DecidedBy.RULE, {"rule": "reads-are-fine"}, "rule reads-are-fine released it"),
+    ],
+)
+def test_require_person_refuses_a_grant_or_a_rule(key_path, decided_by, names, why):
+    """A receipt for a call a grant or rule released names what decided it; it verifies,
+    but not when the service requires that a person said yes."""
+    token = _sign(key_path, decided_by=decided_by, **names)
     jwks = _jwks(key_path)
-    assert (
-        verify_receipt(token, tool="delete_path", arguments=ARGS, keys=jwks).decided_by == "grant"
-    )
-    with pytest.raises(InvalidReceipt, match="no person approved"):
+    receipt = verify_receipt(token, tool="delete_path", arguments=ARGS, keys=jwks)
+    assert receipt.decided_by is decided_by
+    assert {n: getattr(receipt, n) for n in names} == names
+    with pytest.raises(InvalidReceipt, match=f"no person approved this call: {why}"):
         verify_receipt(token, tool="delete_path", arguments=ARGS, keys=jwks, require_person=True)
+
+
+@pytest.mark.parametrize(
+    ("decided_by", "names"),
+    [
+        (DecidedBy.GRANT, {"grant": "g-42"}),  # who made the grant is missing
+        (DecidedBy.RULE, {}),
+        (DecidedBy.PERSON, {"rule": "reads-are-fine"}),
+    ],
+)
+def test_a_receipt_must_name_exactly_what_decided(key_path, decided_by, names):
+    """Signing refuses a grant without its maker, a rule without its id, a person with a
+    rule; a token signed that way anyway (by another implementation) is refused as malformed."""
+    with pytest.raises(ValueError, match="receipt names"):
+        _sign(key_path, decided_by=decided_by, **names)
+    claims = {
+        "iss": "approvals",
+        "sub": "a1b2c3",
+        "jti": "j1",
+        "iat": int(time.time()),
+        "exp": int(time.time()) + 600,
+        "tool": "delete_path",
+        "args_sha256": receipts.args_sha256(ARGS),
+        "tool_call_id": "tc_1",
+        "decision": "approve",
+        "approvers": [],
+        "requested_by": None,
+        "agent": "x",
+        "decided_by": decided_by.value,
+        **names,
+    }
+    kid = _jwks(key_path)["keys"][0]["kid"]  # type: ignore[index]
+    token = jwt.encode(
+        claims, keys.load_private_key(key_path), algorithm="EdDSA", headers={"kid": kid}
+    )
+    with pytest.raises(InvalidReceipt, match="claims are malformed"):
+        verify_receipt(token, tool="delete_path", arguments=ARGS, keys=_jwks(key_path))
 
 
 def test_rotation_an_old_key_verifies_until_it_is_retired(key_path, tmp_path):
@@ -290,6 +348,74 @@ def test_a_worker_refuses_to_start_holding_the_signing_key(env, tmp_path):
     )
     assert run.returncode == 1
     assert "only the bot and the CLI may hold it" in run.stderr
+
+
+# --- grants and rules: released in the process we distrust, so no receipt --------------------
+
+RULES = """
+[[rule]]
+id = "scratch-rows"
+tool = "delete_row"
+when = 'args.table == "scratch"'
+action = "approve"
+"""
+
+
+@pytest.fixture
+def service(conn, key_path, monkeypatch):
+    """The data service alone, trusting this deployment's key (no bot needed here)."""
+    running = Downstream(jwks=_jwks(key_path), replays=conn).start()
+    monkeypatch.setenv("DOWNSTREAM_URL", running.url)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _delete(agent: str, table: str, row: str):
+    prompt = script(calls(("delete_row", {"table": table, "row": row})), say("{results}"))
+    return run_agent("scripted", prompt, tools=[delete_row], agent=agent, requested_by="UBOB")
+
+
+def test_a_call_a_rule_releases_has_no_receipt_and_the_service_refuses_it(
+    service, env, conn, tmp_path, monkeypatch
+):
+    """The rule decides in the agent's own process, which holds no key: receipt() is None
+    there, and a service that requires a person's receipt deletes nothing."""
+    rules = tmp_path / "policy.toml"
+    rules.write_text(RULES)
+    monkeypatch.setenv("APPROVALS_POLICY", str(rules))
+    outcome = _delete("db-bot", "scratch", "s-1")
+    assert outcome.status == "completed"
+    assert [(a.status, a.token) for a in service.answers] == [(401, None)]
+    assert service.deleted == []
+    [decided] = [a for a in store.recent_decisions(conn, 10) if a.tool_name == "delete_row"]
+    assert decided.decision is not None and decided.decision.decided_by is DecidedBy.RULE
+    assert decided.receipt is None
+
+
+def test_a_call_a_grant_releases_has_no_receipt_but_the_persons_call_has_one(
+    service, env, conn, key_path
+):
+    """Alice approves with "this tool for 1 hour": her call's receipt is a person's; the next
+    call, let through by her grant in the agent's process, has none and is refused."""
+    settings = Settings.from_env({**env, "APPROVALS_SIGNING_KEY": key_path})
+    first = _delete("db-bot", "users", "u-1")
+    assert first.pause_id is not None
+    grants.approve_with_scope(conn, settings, first.pause_id, grants.Scope.HOURS_1, "UALICE")
+    token = store.load(conn, first.pause_id).receipt
+    assert token is not None
+    person = verify_receipt(
+        token, tool="delete_row", arguments={"table": "users", "row": "u-1"}, keys=service.jwks
+    )
+    assert (person.decided_by, person.approvers) == (DecidedBy.PERSON, ("UALICE",))
+    second = _delete("db-bot", "users", "u-2")
+    assert second.status == "completed"  # the grant let it through without a card
+    assert [(a.status, a.arguments["row"]) for a in service.answers] == [(401, "u-2")]
+    assert service.deleted == []
+    [granted] = [a for a in store.recent_decisions(conn, 10) if a.id != first.pause_id]
+    assert granted.decision is not None and granted.decision.decided_by is DecidedBy.GRANT
+    assert granted.receipt is None
 
 
 # --- who the receipt names ----------------------------------------------------------------------
