@@ -25,7 +25,7 @@ from approvals import (
 from approvals.config import Settings
 from approvals.models import DecisionKind, Policy, Status
 from approvals.receipts import DecidedBy
-from tests.agents.downstream_tools import call_service, delete_row
+from tests.agents.downstream_tools import archive_table, call_service, delete_row
 from tests.agents.scripted import calls, say, script
 from tests.downstream import Downstream, fetch_jwks
 from tests.e2e import card_of, click, submit_edit, wait_status
@@ -322,16 +322,28 @@ def test_an_edited_call_succeeds_only_with_the_edited_receipt(acting, slack, env
     assert jwt.decode(token, options={"verify_signature": False})["decision"] == "edit"
 
 
-def test_a_receipt_a_tool_forges_with_its_own_key_is_refused(acting, tmp_path):
-    """Whoever lacks the bot's key (a compromised worker or tool) cannot mint a receipt."""
-    _, service, _ = acting
-    own = str(tmp_path / "attacker.pem")
-    keys.generate_key(own)
-    forged = receipts.sign_receipt(
-        own, **{**_CLAIMS, "tool": "delete_row", "arguments": {"table": "users", "row": "u-9"}}
-    )
-    answer = call_service({"table": "users", "row": "u-9"}, forged)
-    assert answer.startswith("403") and "unknown key" in answer
+def test_a_tool_in_the_worker_process_cannot_produce_a_receipt(acting, slack, env, conn):
+    """A compromised tool, run by the real worker process (which holds no key), tries to
+    delete a row it was never approved for: with its own receipt, with one it signs with a
+    key of its own, and with its receipt's claims rewritten. The service refuses each."""
+    bot, service, worker = acting
+    prompt = script(calls(("archive_table", {"table": "users"})), say("{results}"))
+    pause_id = run_agent(
+        "scripted", prompt, tools=[archive_table], agent="db-bot", requested_by="UBOB"
+    ).pause_id
+    assert pause_id is not None
+    click(slack, bot, "approve", pause_id, "UALICE", card_of(slack, pause_id).ts)
+    wait_status(conn, pause_id, Status.COMPLETED)
+    [ended] = [e for e in store.audit_trail(conn, pause_id) if e["event"] == "resume_finished"]
+    report = json.loads(ended["tool_output"])
+    # It ran in the worker: in RQ's work-horse, forked by the worker process we started.
+    assert worker.popen.pid in (report["pid"], report["parent"])
+    assert report["signing_key"] is None and report["had_receipt"] is True
+    assert report["own_receipt"].startswith("403") and "not 'delete_row'" in report["own_receipt"]
+    assert report["own_key"].startswith("403") and "unknown key" in report["own_key"]
+    assert report["edited_claims"].startswith("403")
+    assert "signature does not match" in report["edited_claims"]
+    assert [a.status for a in service.answers] == [403, 403, 403]
     assert service.deleted == []
 
 
