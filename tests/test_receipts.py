@@ -25,7 +25,12 @@ from approvals import (
 from approvals.config import Settings
 from approvals.models import DecisionKind, Policy, Status
 from approvals.receipts import DecidedBy
-from tests.agents.downstream_tools import archive_table, call_service, delete_row
+from tests.agents.downstream_tools import (
+    archive_table,
+    call_service,
+    delete_row,
+    delete_row_ungated,
+)
 from tests.agents.scripted import calls, say, script
 from tests.downstream import Downstream, fetch_jwks
 from tests.e2e import card_of, click, submit_edit, wait_status
@@ -304,6 +309,22 @@ def test_a_call_approved_in_slack_is_accepted_by_the_service(acting, slack, env,
     assert replayed.startswith("403") and "used already" in replayed
     assert call_service(first.arguments, None).startswith("401")
     assert len(service.deleted) == 1
+
+
+def test_the_receipt_is_handed_to_its_call_only(acting, slack, env, conn):
+    """After the released call, the next call of the resumed chain (an ungated tool asking
+    for the same deletion) gets no receipt: receipt() is None outside a released call."""
+    bot, service, _ = acting
+    row = {"table": "users", "row": "u-7"}
+    prompt = script(calls(("delete_row", row)), calls(("delete_row_ungated", row)), say("ok"))
+    pause_id = run_agent(
+        "scripted", prompt, tools=[delete_row, delete_row_ungated], agent="db-bot"
+    ).pause_id
+    assert pause_id is not None
+    click(slack, bot, "approve", pause_id, "UALICE", card_of(slack, pause_id).ts)
+    wait_status(conn, pause_id, Status.COMPLETED)
+    assert [(a.status, a.token is None) for a in service.answers] == [(200, False), (401, True)]
+    assert service.deleted == [row]
 
 
 def test_an_edited_call_succeeds_only_with_the_edited_receipt(acting, slack, env, conn):
