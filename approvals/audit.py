@@ -20,7 +20,6 @@ import redis
 from approvals import receipts, store
 from approvals.errors import InvalidReceipt
 
-
 #: Every trail begins with this event (``store.create`` writes it with the approval).
 FIRST_EVENT = "paused"
 
