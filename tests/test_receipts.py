@@ -41,6 +41,7 @@ from tests.processes import (
     start_bot,
     start_worker,
     wait_for_workers,
+    wait_until,
 )
 
 ARGS = {"path": "/srv/data/old.csv", "force": False}
@@ -449,6 +450,37 @@ def test_a_call_a_grant_releases_has_no_receipt_but_the_persons_call_has_one(
     [granted] = [a for a in store.recent_decisions(conn, 10) if a.id != first.pause_id]
     assert granted.decision is not None and granted.decision.decided_by is DecidedBy.GRANT
     assert granted.receipt is None
+
+
+def test_a_run_that_starts_after_its_receipt_expired_is_refused_and_says_why(
+    service, env, conn, key_path, tmp_path
+):
+    """The receipt's clock starts at the decision: when no worker takes the run until it has
+    expired, the service refuses the call, and the audit trail says the receipt had expired."""
+    decider = Settings.from_env(
+        {**env, "APPROVALS_SIGNING_KEY": key_path, "APPROVALS_RECEIPT_TTL": "1"}
+    )
+    pause_id = _delete("db-bot", "users", "u-3").pause_id
+    assert pause_id is not None
+    review.decide(conn, decider, pause_id, DecisionKind.APPROVE, "UALICE")
+    token = store.load(conn, pause_id).receipt
+    assert token is not None
+    expires = jwt.decode(token, options={"verify_signature": False})["exp"]
+    wait_until(lambda: time.time() > expires + 1, 10, "the receipt to expire")
+    run = subprocess.run(  # the worker arrives late, and holds no key
+        approvals_command("worker", "--burst"),
+        env={**os.environ, **env, "DOWNSTREAM_URL": service.url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert store.load(conn, pause_id).status is Status.COMPLETED
+    assert [(a.status, "expired" in a.text) for a in service.answers] == [(403, True)]
+    assert service.deleted == []
+    events = [e["event"] for e in store.audit_trail(conn, pause_id)]
+    assert events.index("resume_started") < events.index("receipt_expired")
+    assert events.index("receipt_expired") < events.index("resume_finished")
 
 
 # --- who the receipt names ----------------------------------------------------------------------
