@@ -179,7 +179,9 @@ def test_entries_written_at_the_same_moment_still_form_one_chain(signed, conn):
 def test_audit_export_writes_ndjson_since_a_time(signed, conn):
     """`audit export --since` prints one JSON object per entry, with its approval and hash."""
     assert CliRunner().invoke(cli, ["approve", signed.id]).exit_code == 0
-    exported = CliRunner().invoke(cli, ["audit", "export", "--since", "2020-01-01T00:00:00Z"])
+    exported = CliRunner().invoke(
+        cli, ["audit", "export", "--since", "2020-01-01T00:00:00Z", "--format", "ndjson"]
+    )
     assert exported.exit_code == 0, exported.output
     lines = [json.loads(line) for line in exported.output.splitlines()]
     assert [e["event"] for e in lines] == ["paused", "approved"]
