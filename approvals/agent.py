@@ -22,7 +22,17 @@ import llm
 import redis
 from llm.parts import Message, ToolCallPart, ToolResultPart
 
-from approvals import automatic, grants, llm_log, outcomes, policy, queue, reminders, store
+from approvals import (
+    automatic,
+    grants,
+    llm_log,
+    outcomes,
+    policy,
+    queue,
+    receipts,
+    reminders,
+    store,
+)
 from approvals.config import Settings
 from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
 from approvals.gate import Gate, Screening, current_approval, gate_of, released, screened
@@ -406,6 +416,7 @@ def _decision_hooks(
         decision = approval.decision
         if decision.kind.runs_tool:
             store.mark_tool_finished(conn, approval.id)
+            receipts.hold(None)  # the receipt is for this call only, not what the chain does next
         ran[approval.id] = {"arguments": dict(call.arguments), "output": result.output}
         if decision.kind is DecisionKind.EDIT:
             # The model is told the truth: it did not run what it proposed.

@@ -20,6 +20,9 @@ import redis
 from approvals import receipts, store
 from approvals.errors import InvalidReceipt
 
+#: Every trail begins with this event (``store.create`` writes it with the approval).
+FIRST_EVENT = "paused"
+
 
 @dataclass(frozen=True)
 class TrailCheck:
@@ -44,6 +47,14 @@ def check_lines(approval_id: str, lines: list[bytes], keys: receipts.Keys) -> Tr
     problems: list[str] = []
     verified = 0
     prev = store.GENESIS
+    if not lines:
+        problems.append(
+            "the audit trail is empty: removed from Redis (APPROVALS_AUDIT_TTL, or by hand)"
+        )
+    elif (_parse(lines[0]) or {}).get("event") != FIRST_EVENT:
+        problems.append(
+            f"entry 1 is not {FIRST_EVENT!r}, where every trail begins: its start was removed"
+        )
     for number, line in enumerate(lines, start=1):
         entry = _parse(line)
         if entry is None:

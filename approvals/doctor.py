@@ -336,7 +336,7 @@ def check_webhooks(conn: redis.Redis, settings: Settings) -> Check:
         return Check("webhooks", Level.OK, "no webhook receivers configured")
     failing = webhooks.failing_receivers(conn, webhooks.FAILING_REPORTED_AFTER)
     if failing:
-        urls = ", ".join(safe_url(url) for url in sorted(failing))
+        urls = ", ".join(webhooks.shown_url(url) for url in sorted(failing))
         return Check("webhooks", Level.WARN, f"failing for more than a day: {urls}")
     return Check("webhooks", Level.OK, f"{len(settings.webhook_urls)} receiver(s) answering")
 

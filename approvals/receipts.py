@@ -13,10 +13,12 @@ The receipt is stored with the decision; the worker only hands it to the gated t
 private key, so a compromised worker or tool cannot mint one: it can only replay the
 receipt it was given, for that call and those arguments, until it expires.
 
-``decided_by`` says what released the call. Only ``person`` exists today. Grants and policy
-rules, once they exist, are evaluated where the agent runs, the very place we distrust: their
-receipts (signed by a key holder, naming the grant and who made it, or the rule) prove a
-policy, not a person, and ``require_person=True`` refuses them.
+``decided_by`` says what released the call. The bot and the CLI sign only ``person``
+decisions. Grants and policy rules are evaluated where a call is asked for (the agent's own
+process, or ``approvals api``), which holds no key, so the calls they release carry no
+receipt at all (docs/receipts.md, "Grants and rules"). A receipt that does say ``grant``
+(naming the grant and the person who made it) or ``rule`` (naming the rule) proves a policy,
+not a person: ``require_person=True`` refuses it, and one that names neither is malformed.
 """
 
 from __future__ import annotations
@@ -95,10 +97,20 @@ def sign_receipt(
     agent: str,
     ttl: int,
     decided_by: DecidedBy = DecidedBy.PERSON,
+    grant: str | None = None,
+    granted_by: str | None = None,
+    rule: str | None = None,
     now: float | None = None,
 ) -> str:
-    """Sign a receipt with the private key at ``key_path`` (the bot and the CLI only)."""
+    """Sign a receipt with the private key at ``key_path`` (the bot and the CLI only).
+
+    Args:
+        decided_by: what released the call; ``grant`` needs ``grant`` (its id) and
+            ``granted_by`` (who made it), ``rule`` needs ``rule`` (its id), and a person's
+            decision names neither.
+    """
     assert decision in RELEASING, "only a decision that releases a call gets a receipt"
+    what = _what_decided(decided_by, grant=grant, granted_by=granted_by, rule=rule)
     key = keyring.load_private_key(key_path)
     issued = int(time.time() if now is None else now)
     claims = {
@@ -115,9 +127,33 @@ def sign_receipt(
         "requested_by": requested_by,
         "agent": agent,
         "decided_by": decided_by.value,
+        **what,
     }
     headers = {"kid": keyring.kid_of(key.public_key()), "typ": "JWT"}
     return jwt.encode(claims, key, algorithm=ALGORITHM, headers=headers)
+
+
+def _what_decided(
+    decided_by: DecidedBy, *, grant: str | None, granted_by: str | None, rule: str | None
+) -> dict[str, str]:
+    """The claims naming what decided, beside ``decided_by``: exactly the ones it needs."""
+    named = {"grant": grant, "granted_by": granted_by, "rule": rule}
+    needed = _NAMES[decided_by]
+    given = {name for name, value in named.items() if value}
+    if given != set(needed):
+        raise ValueError(
+            f"a {decided_by.value!r} receipt names {', '.join(needed) or 'nothing else'}, "
+            f"not {', '.join(sorted(given)) or 'nothing'}"
+        )
+    return {name: str(named[name]) for name in needed}
+
+
+#: The claims a receipt names for each ``decided_by``.
+_NAMES: dict[DecidedBy, tuple[str, ...]] = {
+    DecidedBy.PERSON: (),
+    DecidedBy.GRANT: ("grant", "granted_by"),
+    DecidedBy.RULE: ("rule",),
+}
 
 
 Keys = Mapping[str, Any] | str | Iterable[Ed25519PublicKey]
@@ -151,10 +187,14 @@ def verify_receipt(
     if not hmac.compare_digest(receipt.args_sha256, args_sha256(arguments)):
         raise InvalidReceipt("the arguments differ from the ones that were approved")
     if require_person and receipt.decided_by is not DecidedBy.PERSON:
-        raise InvalidReceipt(
-            f"no person approved this call: it was decided by a {receipt.decided_by}"
-        )
+        raise InvalidReceipt(f"no person approved this call: {_decider(receipt)} released it")
     return receipt
+
+
+def _decider(receipt: Receipt) -> str:
+    if receipt.decided_by is DecidedBy.GRANT:
+        return f"grant {receipt.grant} (made by {receipt.granted_by})"
+    return f"rule {receipt.rule}"
 
 
 def read_receipt(token: str, keys: Keys, *, leeway: float = 0, check_time: bool = True) -> Receipt:
@@ -247,6 +287,12 @@ def _receipt_of(claims: dict[str, Any], kid: str) -> Receipt:
         raise InvalidReceipt(f"the receipt's claims are malformed ({exc})") from None
     if receipt.decision not in RELEASING:
         raise InvalidReceipt(f"a {receipt.decision!r} decision releases nothing")
+    named = {n for n in ("grant", "granted_by", "rule") if getattr(receipt, n) is not None}
+    if named != set(_NAMES[receipt.decided_by]):
+        raise InvalidReceipt(
+            f"the receipt's claims are malformed (a {receipt.decided_by.value!r} decision "
+            f"naming {', '.join(sorted(named)) or 'nothing'})"
+        )
     return receipt
 
 

@@ -1597,9 +1597,19 @@ def audit_lines(conn: redis.Redis, approval_id: str) -> list[bytes]:
     return cast(list[bytes], conn.lrange(audit_key(approval_id), 0, -1))
 
 
-def expire_audit(conn: redis.Redis, approval_id: str, ttl: int) -> None:
-    """Keep the approval's audit trail ``ttl`` more seconds (``APPROVALS_AUDIT_TTL``)."""
-    conn.expire(audit_key(approval_id), ttl)
+def expire_audit(conn: redis.Redis, approval_id: str, ttl: int) -> bool:
+    """Keep a finished approval's audit trail ``ttl`` more seconds (``APPROVALS_AUDIT_TTL``);
+    False, and nothing changed, for one that has not finished: a trail that vanished while
+    its approval waits or runs would restart its chain halfway."""
+    keys = [FINISHED_KEY, audit_key(approval_id)]
+    return bool(eval_script(conn, _EXPIRE_AUDIT_LUA, keys, [approval_id, ttl]))
+
+
+_EXPIRE_AUDIT_LUA = """
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return 1
+"""
 
 
 def webhook_failed(conn: redis.Redis, url: str) -> None:

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 from typing import Any, cast
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from rq import Retry
@@ -204,7 +205,9 @@ def deliver(conn: redis.Redis, settings: Settings, message_id: str, url: str) ->
     if settings.webhook_secret is None or url not in receivers_of(
         settings, _approval(conn, approval_id)
     ):
-        log.warning("webhook %s: %s is not a configured receiver; not sent", message_id, url)
+        log.warning(
+            "webhook %s: %s is not a configured receiver; not sent", message_id, shown_url(url)
+        )
         return "not configured"
     now = datetime.now(UTC)
     headers = {
@@ -221,12 +224,23 @@ def deliver(conn: redis.Redis, settings: Settings, message_id: str, url: str) ->
         status = refused.code
     except OSError as exc:
         store.webhook_failed(conn, url)
-        raise DeliveryFailed(f"{url}: {exc}") from None
+        raise DeliveryFailed(f"{shown_url(url)}: {exc}") from None
     if not 200 <= status < 300:
         store.webhook_failed(conn, url)
-        raise DeliveryFailed(f"{url} answered {status}")
+        raise DeliveryFailed(f"{shown_url(url)} answered {status}")
     store.webhook_answered(conn, url)
     return f"delivered ({status})"
+
+
+def shown_url(url: str) -> str:
+    """A receiver's URL fit for logs, errors and ``approvals doctor``: no password, and no
+    query string, where receivers often take their own token."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    user = f"{parts.username}:***@" if parts.password is not None else ""
+    query = "?..." if parts.query else ""
+    return urlunsplit(parts._replace(netloc=f"{user}{host}{port}", query="", fragment="")) + query
 
 
 def failing_receivers(conn: redis.Redis, longer_than: float) -> dict[str, float]:

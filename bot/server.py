@@ -34,6 +34,9 @@ HEALTH_PATH = "/healthz"
 METRICS_PATH = "/metrics"
 #: Where verifiers of receipts fetch the public keys (RFC 8615's well-known location).
 JWKS_PATH = "/.well-known/jwks.json"
+#: Verifiers may cache the keys for a few minutes; one that meets a receipt with an unknown
+#: ``kid`` (just after a rotation) should fetch them again before refusing it.
+JWKS_CACHE = ("Cache-Control", "public, max-age=300")
 #: Slack's largest payloads (views) are 250 kB; anything much bigger is not from Slack.
 MAX_BODY_BYTES = 1024 * 1024
 #: Connections the kernel holds while every thread is busy: a burst of clicks waits, not drops.
@@ -63,7 +66,7 @@ def wsgi_app(
         if environ.get("PATH_INFO") == METRICS_PATH and metrics_app is not None:
             return metrics_app(environ, start_response)
         if environ.get("PATH_INFO") == JWKS_PATH and environ.get("REQUEST_METHOD") == "GET":
-            start_response("200 OK", [("Content-Type", "application/json")])
+            start_response("200 OK", [("Content-Type", "application/json"), JWKS_CACHE])
             return [jwks]
         if int(environ.get("CONTENT_LENGTH") or 0) > MAX_BODY_BYTES:
             start_response("413 Content Too Large", [("Content-Type", "text/plain")])

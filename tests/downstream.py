@@ -77,6 +77,8 @@ def fetch_jwks(bot_url: str) -> dict[str, Any]:
     """The bot's published keys (``bot_url`` ends in /slack/events)."""
     base = bot_url.removesuffix("/slack/events")
     with urllib.request.urlopen(base + "/.well-known/jwks.json", timeout=10) as answer:
+        assert answer.headers["Content-Type"] == "application/json"
+        assert answer.headers["Cache-Control"] == "public, max-age=300"
         return dict(json.load(answer))
 
 

@@ -11,10 +11,10 @@ import jwt
 import pytest
 from click.testing import CliRunner
 
-from approvals import audit, keys, receipts, run_agent, store
+from approvals import audit, keys, receipts, review, run_agent, store, webhooks
 from approvals.cli import cli
 from approvals.config import Settings
-from approvals.models import Status
+from approvals.models import DecisionKind, Status
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, list_files
 from tests.e2e import card_of, click, submit_edit, wait_status
@@ -117,6 +117,20 @@ def test_show_verify_catches_an_edited_audit_entry(signed, conn, tamper):
     assert "does not verify" in shown.output
 
 
+def test_show_verify_refuses_a_trail_removed_whole_or_from_its_start(signed, conn):
+    """A trail deleted whole, or cut so that what is left begins a new chain, does not
+    verify: "no entries" is never read as "nothing wrong"."""
+    key = store.audit_key(signed.id)
+    conn.delete(key)
+    shown = CliRunner().invoke(cli, ["show", signed.id, "--verify"])
+    assert shown.exit_code == 1
+    assert "the audit trail is empty" in shown.output
+    store.audit(conn, signed.id, "refused", "UEVE", reason="a fresh chain after the cut")
+    shown = CliRunner().invoke(cli, ["show", signed.id, "--verify"])
+    assert shown.exit_code == 1
+    assert "entry 1 is not 'paused'" in shown.output
+
+
 def test_a_decision_rewritten_to_other_arguments_no_longer_matches_its_receipt(env, conn, tmp_path):
     """An edit entry whose arguments were changed is caught by its receipt, not only the chain."""
     key = str(tmp_path / "k.pem")
@@ -133,12 +147,18 @@ def test_a_decision_rewritten_to_other_arguments_no_longer_matches_its_receipt(e
         agent="x",
         ttl=600,
     )
-    first = json.dumps(
-        {"event": "edited", "approved": '{"path": "/etc"}', "receipt": token, "prev": store.GENESIS}
+    first = json.dumps({"event": "paused", "prev": store.GENESIS}).encode()
+    second = json.dumps(
+        {
+            "event": "edited",
+            "approved": '{"path": "/etc"}',
+            "receipt": token,
+            "prev": store.entry_hash(first),
+        }
     )
-    check = audit.check_lines("a1", [first.encode()], keys.jwks(Settings(signing_key=key)))
+    check = audit.check_lines("a1", [first, second.encode()], keys.jwks(Settings(signing_key=key)))
     assert check.problems == [
-        "entry 1 (edited): its approved arguments differ from the ones its receipt was signed for"
+        "entry 2 (edited): its approved arguments differ from the ones its receipt was signed for"
     ]
 
 
@@ -159,7 +179,9 @@ def test_entries_written_at_the_same_moment_still_form_one_chain(signed, conn):
 def test_audit_export_writes_ndjson_since_a_time(signed, conn):
     """`audit export --since` prints one JSON object per entry, with its approval and hash."""
     assert CliRunner().invoke(cli, ["approve", signed.id]).exit_code == 0
-    exported = CliRunner().invoke(cli, ["audit", "export", "--since", "2020-01-01T00:00:00Z"])
+    exported = CliRunner().invoke(
+        cli, ["audit", "export", "--since", "2020-01-01T00:00:00Z", "--format", "ndjson"]
+    )
     assert exported.exit_code == 0, exported.output
     lines = [json.loads(line) for line in exported.output.splitlines()]
     assert [e["event"] for e in lines] == ["paused", "approved"]
@@ -167,3 +189,26 @@ def test_audit_export_writes_ndjson_since_a_time(signed, conn):
     assert lines[1]["prev"] == store.entry_hash(store.audit_lines(conn, signed.id)[0])
     later = CliRunner().invoke(cli, ["audit", "export", "--since", str(time.time() + 60)])
     assert later.output == ""
+
+
+def test_audit_ttl_expires_a_trail_once_its_approval_finished(env, conn):
+    """APPROVALS_AUDIT_TTL: a finished approval's trail expires that long after its last
+    state change; a waiting one's never does (its chain would restart halfway); unset, none
+    expires."""
+    kept = Settings.from_env(env)
+    limited = Settings.from_env({**env, "APPROVALS_AUDIT_TTL": "3600"})
+    for approval_id in ("waiting1", "done1", "done2"):
+        store.create(conn, make_approval(id=approval_id), []).execute()
+
+    def finish(approval_id: str) -> None:
+        review.decide(conn, limited, approval_id, DecisionKind.APPROVE, "UALICE")
+        store.transition(conn, approval_id, Status.RUNNING)
+        store.transition(conn, approval_id, Status.COMPLETED)
+
+    finish("done1")
+    webhooks.drain(conn, limited)  # every worker drains the outbox; it applies the TTL
+    assert conn.ttl(store.audit_key("waiting1")) == -1
+    assert 3500 < conn.ttl(store.audit_key("done1")) <= 3600
+    finish("done2")
+    webhooks.drain(conn, kept)
+    assert conn.ttl(store.audit_key("done2")) == -1

@@ -12,11 +12,25 @@ from pathlib import Path
 import jwt
 import pytest
 
-from approvals import InvalidReceipt, keys, receipts, review, run_agent, store, verify_receipt
+from approvals import (
+    InvalidReceipt,
+    grants,
+    keys,
+    receipts,
+    review,
+    run_agent,
+    store,
+    verify_receipt,
+)
 from approvals.config import Settings
 from approvals.models import DecisionKind, Policy, Status
 from approvals.receipts import DecidedBy
-from tests.agents.downstream_tools import call_service, delete_row
+from tests.agents.downstream_tools import (
+    archive_table,
+    call_service,
+    delete_row,
+    delete_row_ungated,
+)
 from tests.agents.scripted import calls, say, script
 from tests.downstream import Downstream, fetch_jwks
 from tests.e2e import card_of, click, submit_edit, wait_status
@@ -27,6 +41,7 @@ from tests.processes import (
     start_bot,
     start_worker,
     wait_for_workers,
+    wait_until,
 )
 
 ARGS = {"path": "/srv/data/old.csv", "force": False}
@@ -132,15 +147,64 @@ def test_a_token_with_another_algorithm_is_refused(key_path):
         verify_receipt(token, tool="delete_path", arguments=ARGS, keys=_jwks(key_path))
 
 
-def test_require_person_refuses_a_grant(key_path):
-    """A call a grant released verifies, but not when a person's decision is required."""
-    token = _sign(key_path, decided_by=DecidedBy.GRANT)
+@pytest.mark.parametrize(
+    ("decided_by", "names", "why"),
+    [
+        (
+            DecidedBy.GRANT,
+            {"grant": "g-42", "granted_by": "UALICE"},
+            "grant g-42 \\(made by UALICE\\) released it",
+        ),
+        (DecidedBy.RULE, {"rule": "reads-are-fine"}, "rule reads-are-fine released it"),
+    ],
+)
+def test_require_person_refuses_a_grant_or_a_rule(key_path, decided_by, names, why):
+    """A receipt for a call a grant or rule released names what decided it; it verifies,
+    but not when the service requires that a person said yes."""
+    token = _sign(key_path, decided_by=decided_by, **names)
     jwks = _jwks(key_path)
-    assert (
-        verify_receipt(token, tool="delete_path", arguments=ARGS, keys=jwks).decided_by == "grant"
-    )
-    with pytest.raises(InvalidReceipt, match="no person approved"):
+    receipt = verify_receipt(token, tool="delete_path", arguments=ARGS, keys=jwks)
+    assert receipt.decided_by is decided_by
+    assert {n: getattr(receipt, n) for n in names} == names
+    with pytest.raises(InvalidReceipt, match=f"no person approved this call: {why}"):
         verify_receipt(token, tool="delete_path", arguments=ARGS, keys=jwks, require_person=True)
+
+
+@pytest.mark.parametrize(
+    ("decided_by", "names"),
+    [
+        (DecidedBy.GRANT, {"grant": "g-42"}),  # who made the grant is missing
+        (DecidedBy.RULE, {}),
+        (DecidedBy.PERSON, {"rule": "reads-are-fine"}),
+    ],
+)
+def test_a_receipt_must_name_exactly_what_decided(key_path, decided_by, names):
+    """Signing refuses a grant without its maker, a rule without its id, a person with a
+    rule; a token signed that way anyway (by another implementation) is refused as malformed."""
+    with pytest.raises(ValueError, match="receipt names"):
+        _sign(key_path, decided_by=decided_by, **names)
+    claims = {
+        "iss": "approvals",
+        "sub": "a1b2c3",
+        "jti": "j1",
+        "iat": int(time.time()),
+        "exp": int(time.time()) + 600,
+        "tool": "delete_path",
+        "args_sha256": receipts.args_sha256(ARGS),
+        "tool_call_id": "tc_1",
+        "decision": "approve",
+        "approvers": [],
+        "requested_by": None,
+        "agent": "x",
+        "decided_by": decided_by.value,
+        **names,
+    }
+    kid = _jwks(key_path)["keys"][0]["kid"]  # type: ignore[index]
+    token = jwt.encode(
+        claims, keys.load_private_key(key_path), algorithm="EdDSA", headers={"kid": kid}
+    )
+    with pytest.raises(InvalidReceipt, match="claims are malformed"):
+        verify_receipt(token, tool="delete_path", arguments=ARGS, keys=_jwks(key_path))
 
 
 def test_rotation_an_old_key_verifies_until_it_is_retired(key_path, tmp_path):
@@ -248,6 +312,22 @@ def test_a_call_approved_in_slack_is_accepted_by_the_service(acting, slack, env,
     assert len(service.deleted) == 1
 
 
+def test_the_receipt_is_handed_to_its_call_only(acting, slack, env, conn):
+    """After the released call, the next call of the resumed chain (an ungated tool asking
+    for the same deletion) gets no receipt: receipt() is None outside a released call."""
+    bot, service, _ = acting
+    row = {"table": "users", "row": "u-7"}
+    prompt = script(calls(("delete_row", row)), calls(("delete_row_ungated", row)), say("ok"))
+    pause_id = run_agent(
+        "scripted", prompt, tools=[delete_row, delete_row_ungated], agent="db-bot"
+    ).pause_id
+    assert pause_id is not None
+    click(slack, bot, "approve", pause_id, "UALICE", card_of(slack, pause_id).ts)
+    wait_status(conn, pause_id, Status.COMPLETED)
+    assert [(a.status, a.token is None) for a in service.answers] == [(200, False), (401, True)]
+    assert service.deleted == [row]
+
+
 def test_an_edited_call_succeeds_only_with_the_edited_receipt(acting, slack, env, conn):
     """After an edit the receipt names the edited arguments: the proposed ones are refused."""
     _, service, _ = acting
@@ -264,16 +344,28 @@ def test_an_edited_call_succeeds_only_with_the_edited_receipt(acting, slack, env
     assert jwt.decode(token, options={"verify_signature": False})["decision"] == "edit"
 
 
-def test_a_receipt_a_tool_forges_with_its_own_key_is_refused(acting, tmp_path):
-    """Whoever lacks the bot's key (a compromised worker or tool) cannot mint a receipt."""
-    _, service, _ = acting
-    own = str(tmp_path / "attacker.pem")
-    keys.generate_key(own)
-    forged = receipts.sign_receipt(
-        own, **{**_CLAIMS, "tool": "delete_row", "arguments": {"table": "users", "row": "u-9"}}
-    )
-    answer = call_service({"table": "users", "row": "u-9"}, forged)
-    assert answer.startswith("403") and "unknown key" in answer
+def test_a_tool_in_the_worker_process_cannot_produce_a_receipt(acting, slack, env, conn):
+    """A compromised tool, run by the real worker process (which holds no key), tries to
+    delete a row it was never approved for: with its own receipt, with one it signs with a
+    key of its own, and with its receipt's claims rewritten. The service refuses each."""
+    bot, service, worker = acting
+    prompt = script(calls(("archive_table", {"table": "users"})), say("{results}"))
+    pause_id = run_agent(
+        "scripted", prompt, tools=[archive_table], agent="db-bot", requested_by="UBOB"
+    ).pause_id
+    assert pause_id is not None
+    click(slack, bot, "approve", pause_id, "UALICE", card_of(slack, pause_id).ts)
+    wait_status(conn, pause_id, Status.COMPLETED)
+    [ended] = [e for e in store.audit_trail(conn, pause_id) if e["event"] == "resume_finished"]
+    report = json.loads(ended["tool_output"])
+    # It ran in the worker: in RQ's work-horse, forked by the worker process we started.
+    assert worker.popen.pid in (report["pid"], report["parent"])
+    assert report["signing_key"] is None and report["had_receipt"] is True
+    assert report["own_receipt"].startswith("403") and "not 'delete_row'" in report["own_receipt"]
+    assert report["own_key"].startswith("403") and "unknown key" in report["own_key"]
+    assert report["edited_claims"].startswith("403")
+    assert "signature does not match" in report["edited_claims"]
+    assert [a.status for a in service.answers] == [403, 403, 403]
     assert service.deleted == []
 
 
@@ -290,6 +382,105 @@ def test_a_worker_refuses_to_start_holding_the_signing_key(env, tmp_path):
     )
     assert run.returncode == 1
     assert "only the bot and the CLI may hold it" in run.stderr
+
+
+# --- grants and rules: released in the process we distrust, so no receipt --------------------
+
+RULES = """
+[[rule]]
+id = "scratch-rows"
+tool = "delete_row"
+when = 'args.table == "scratch"'
+action = "approve"
+"""
+
+
+@pytest.fixture
+def service(conn, key_path, monkeypatch):
+    """The data service alone, trusting this deployment's key (no bot needed here)."""
+    running = Downstream(jwks=_jwks(key_path), replays=conn).start()
+    monkeypatch.setenv("DOWNSTREAM_URL", running.url)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _delete(agent: str, table: str, row: str):
+    prompt = script(calls(("delete_row", {"table": table, "row": row})), say("{results}"))
+    return run_agent("scripted", prompt, tools=[delete_row], agent=agent, requested_by="UBOB")
+
+
+def test_a_call_a_rule_releases_has_no_receipt_and_the_service_refuses_it(
+    service, env, conn, tmp_path, monkeypatch
+):
+    """The rule decides in the agent's own process, which holds no key: receipt() is None
+    there, and a service that requires a person's receipt deletes nothing."""
+    rules = tmp_path / "policy.toml"
+    rules.write_text(RULES)
+    monkeypatch.setenv("APPROVALS_POLICY", str(rules))
+    outcome = _delete("db-bot", "scratch", "s-1")
+    assert outcome.status == "completed"
+    assert [(a.status, a.token) for a in service.answers] == [(401, None)]
+    assert service.deleted == []
+    [decided] = [a for a in store.recent_decisions(conn, 10) if a.tool_name == "delete_row"]
+    assert decided.decision is not None and decided.decision.decided_by is DecidedBy.RULE
+    assert decided.receipt is None
+
+
+def test_a_call_a_grant_releases_has_no_receipt_but_the_persons_call_has_one(
+    service, env, conn, key_path
+):
+    """Alice approves with "this tool for 1 hour": her call's receipt is a person's; the next
+    call, let through by her grant in the agent's process, has none and is refused."""
+    settings = Settings.from_env({**env, "APPROVALS_SIGNING_KEY": key_path})
+    first = _delete("db-bot", "users", "u-1")
+    assert first.pause_id is not None
+    grants.approve_with_scope(conn, settings, first.pause_id, grants.Scope.HOURS_1, "UALICE")
+    token = store.load(conn, first.pause_id).receipt
+    assert token is not None
+    person = verify_receipt(
+        token, tool="delete_row", arguments={"table": "users", "row": "u-1"}, keys=service.jwks
+    )
+    assert (person.decided_by, person.approvers) == (DecidedBy.PERSON, ("UALICE",))
+    second = _delete("db-bot", "users", "u-2")
+    assert second.status == "completed"  # the grant let it through without a card
+    assert [(a.status, a.arguments["row"]) for a in service.answers] == [(401, "u-2")]
+    assert service.deleted == []
+    [granted] = [a for a in store.recent_decisions(conn, 10) if a.id != first.pause_id]
+    assert granted.decision is not None and granted.decision.decided_by is DecidedBy.GRANT
+    assert granted.receipt is None
+
+
+def test_a_run_that_starts_after_its_receipt_expired_is_refused_and_says_why(
+    service, env, conn, key_path, tmp_path
+):
+    """The receipt's clock starts at the decision: when no worker takes the run until it has
+    expired, the service refuses the call, and the audit trail says the receipt had expired."""
+    decider = Settings.from_env(
+        {**env, "APPROVALS_SIGNING_KEY": key_path, "APPROVALS_RECEIPT_TTL": "1"}
+    )
+    pause_id = _delete("db-bot", "users", "u-3").pause_id
+    assert pause_id is not None
+    review.decide(conn, decider, pause_id, DecisionKind.APPROVE, "UALICE")
+    token = store.load(conn, pause_id).receipt
+    assert token is not None
+    expires = jwt.decode(token, options={"verify_signature": False})["exp"]
+    wait_until(lambda: time.time() > expires + 1, 10, "the receipt to expire")
+    run = subprocess.run(  # the worker arrives late, and holds no key
+        approvals_command("worker", "--burst"),
+        env={**os.environ, **env, "DOWNSTREAM_URL": service.url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert store.load(conn, pause_id).status is Status.COMPLETED
+    assert [(a.status, "expired" in a.text) for a in service.answers] == [(403, True)]
+    assert service.deleted == []
+    events = [e["event"] for e in store.audit_trail(conn, pause_id)]
+    assert events.index("resume_started") < events.index("receipt_expired")
+    assert events.index("receipt_expired") < events.index("resume_finished")
 
 
 # --- who the receipt names ----------------------------------------------------------------------

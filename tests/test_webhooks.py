@@ -11,11 +11,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from click.testing import CliRunner
 from rq.job import Job
 from rq.serializers import JSONSerializer
 from standardwebhooks.webhooks import Webhook
 
 from approvals import queue, run_agent, store, webhooks
+from approvals.cli import cli
 from approvals.config import Settings
 from approvals.doctor import Level, check_webhooks
 from approvals.models import Policy, Status
@@ -132,6 +134,21 @@ def test_a_tampered_body_fails_the_receivers_verification(hooked, slack, conn):
     _, headers, body = next(r for r in receiver.requests if r[0] == 204)
     with pytest.raises(Exception, match="No matching signature"):
         Webhook(SECRET).verify(body.replace(b"pending", b"approved"), headers)
+
+
+def test_approvals_doctor_names_a_receiver_failing_for_a_day(env, conn, monkeypatch):
+    """`approvals doctor --json`: the webhooks check warns, naming the receiver (its query
+    string, where a token may hide, left out), and the command exits 2 (warnings)."""
+    monkeypatch.setenv("APPROVALS_WEBHOOK_URLS", "http://hooks.test/in?token=s3cret")
+    monkeypatch.setenv("APPROVALS_WEBHOOK_SECRET", SECRET)
+    conn.hset(
+        store.WEBHOOK_FAILING_KEY, "http://hooks.test/in?token=s3cret", repr(time.time() - 90_000)
+    )
+    result = CliRunner().invoke(cli, ["doctor", "--json"])
+    [check] = [c for c in json.loads(result.output)["checks"] if c["name"] == "webhooks"]
+    assert check["level"] == "warn" and "http://hooks.test/in" in check["message"]
+    assert "s3cret" not in result.output
+    assert result.exit_code == 2
 
 
 def test_doctor_reports_a_receiver_failing_for_a_day(env, conn):

@@ -22,7 +22,7 @@ from slack_sdk import WebClient
 
 from approvals import agent, outcomes, queue, receipts, reminders, review, slack, store
 from approvals.config import Settings
-from approvals.errors import ResumeError, ToolAlreadyStarted
+from approvals.errors import InvalidReceipt, ResumeError, ToolAlreadyStarted
 from approvals.logs import bind_approval
 from approvals.models import DECIDED, Approval, RunResult, Status, result_to_dict
 from approvals.recovery import LEASE_SECONDS
@@ -262,6 +262,7 @@ def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
     decision = approval.decision
     if decision is None or not decision.kind.runs_tool:
         show_soon()
+    _note_expired_receipt(conn, approval)
     result, calls = _run(conn, settings, approval, show_soon, history)
     if result.status is Status.INTERRUPTED:
         _record_end(conn, approval_id, Status.INTERRUPTED, "interrupted", reason=result.error or "")
@@ -294,6 +295,23 @@ def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
         approval = store.load(conn, approval_id)
     _publish_now(approval, finished)
     return result.status.value
+
+
+def _note_expired_receipt(conn: redis.Redis, approval: Approval) -> None:
+    """Say in the audit trail when the run starts after its receipt expired (the workers were
+    busy or down longer than ``APPROVALS_RECEIPT_TTL``): the service will refuse the call,
+    and a Retry signs a fresh receipt. The worker cannot sign one itself, and runs the call
+    all the same: whether to accept it is the service's to decide."""
+    if approval.receipt is None:
+        return
+    try:
+        expires = float(receipts.unverified_claims(approval.receipt)["exp"])
+    except (InvalidReceipt, KeyError, TypeError, ValueError):
+        return  # not for the worker to judge: the service verifies it
+    late = time.time() - expires
+    if late > 0:
+        log.warning("approval %s: its receipt expired %.0f s before the run", approval.id, late)
+        store.audit(conn, approval.id, "receipt_expired", "worker", seconds_late=f"{late:.0f}")
 
 
 def _record_turn_end(
