@@ -210,10 +210,15 @@ class Archive:
 
     def audit_trail(self, approval_id: str) -> list[dict[str, str]]:
         """An archived approval's audit events, oldest first, as ``store.audit_trail``."""
+        return [parse_audit_line(line) for line in self.audit_lines(approval_id)]
+
+    def audit_lines(self, approval_id: str) -> list[bytes]:
+        """An archived approval's audit entries exactly as Redis held them, oldest first:
+        what ``approvals show --verify`` checks the hash chain of."""
         query = sa.select(EVENTS.c.line).where(EVENTS.c.approval_id == approval_id)
         with self.engine.connect() as connection:
-            lines = [row.line for row in connection.execute(query.order_by(EVENTS.c.seq))]
-        return [_event_of(line) for line in lines]
+            rows = connection.execute(query.order_by(EVENTS.c.seq))
+            return [row.line.encode() for row in rows]
 
     def events_since(self, since: float) -> Iterator[tuple[str, dict[str, str]]]:
         """(approval id, event) of every archived event at or after ``since``, by time."""

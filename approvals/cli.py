@@ -307,8 +307,9 @@ def _verify_trail(settings: Settings, conn: Any, approval_id: str) -> None:
     """``show --verify``: the verdict first, then the record as usual (exit 1 when broken)."""
     from approvals import audit, keys
 
-    store.load(conn, approval_id)  # an unknown id is refused, not "0 entries, fine"
-    check = audit.check_trail(conn, approval_id, keys.jwks(settings))
+    # An unknown id is refused, not "0 entries, fine"; an archived one is checked there.
+    lines = lookup.find_audit_lines(conn, settings, approval_id)
+    check = audit.check_lines(approval_id, lines, keys.jwks(settings))
     for problem in check.problems:
         click.echo(f"BROKEN  {problem}", err=True)
     if not check.ok:

@@ -54,6 +54,19 @@ def find_approval(
         return found, stored.audit_trail(approval_id)
 
 
+def find_audit_lines(conn: redis.Redis, settings: Settings, approval_id: str) -> list[bytes]:
+    """An approval's audit entries exactly as stored, from Redis, else from the archive;
+    ``UnknownApproval`` when neither place has the approval."""
+    try:
+        store.load(conn, approval_id)
+    except UnknownApproval:
+        stored = archive_of(settings)
+        if stored is None or stored.load(approval_id) is None:
+            raise
+        return stored.audit_lines(approval_id)
+    return store.audit_lines(conn, approval_id)
+
+
 def find_outcome(conn: redis.Redis, settings: Settings, some_id: str) -> outcomes.Outcome:
     """How a run ended, or where it is now (``some_id``: a pause id or a run id)."""
     try:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import time
 
+import sqlalchemy as sa
 from click.testing import CliRunner
 
-from approvals import outcomes, retention, store
+from approvals import archive, outcomes, retention, store
 from approvals.cli import cli
 from approvals.config import Settings
 from tests.archives import archive_url, postgres_server  # noqa: F401 - fixtures
@@ -43,6 +44,34 @@ def test_show_and_result_find_an_approval_that_left_redis(env, conn, archive_url
     result = json.loads(run("result", "old1", "--json"))
     assert result["status"] == "completed" and result["run_id"] == "run-old"
     assert json.loads(run("result", "run-old", "--json")) == result
+
+
+def test_show_verify_checks_the_chain_of_an_archived_trail(env, conn, archive_url, monkeypatch):  # noqa: F811
+    """The archive keeps each audit entry exactly as Redis held it, so the hash chain still
+    verifies there, and an entry changed in the archive's table is caught (at the next one)."""
+    archived_run(conn, archive_url)
+    monkeypatch.setenv("APPROVALS_ARCHIVE_URL", archive_url)
+    assert "verified: 2 audit entries chained" in run("show", "old1", "--verify")
+
+    engine = sa.create_engine(archive.engine_url(archive_url))
+    try:
+        with engine.begin() as connection:
+            line = connection.execute(
+                sa.text("SELECT line FROM events WHERE approval_id = 'old1' AND event = 'paused'")
+            ).scalar_one()
+            forged = line.replace('"actor": "', '"actor": "UMALLORY-', 1)
+            assert forged != line
+            connection.execute(
+                sa.text(
+                    "UPDATE events SET line = :line WHERE approval_id = 'old1' AND event = 'paused'"
+                ),
+                {"line": forged},
+            )
+    finally:
+        engine.dispose()
+    shown = CliRunner().invoke(cli, ["show", "old1", "--verify"])
+    assert shown.exit_code == 1
+    assert "does not verify" in shown.output
 
 
 def test_without_an_archive_an_old_approval_is_unknown(env, conn, archive_url):  # noqa: F811
