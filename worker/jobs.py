@@ -62,9 +62,10 @@ def _settings() -> Settings:
     return Settings.from_env()
 
 
-@functools.cache
 def _conn() -> redis.Redis:
-    return store.connect(_settings())
+    """The process's one Redis client, which the metrics and outcomes use too: a work-horse
+    then opens one connection of its own, not one per client."""
+    return store.shared_connection(_settings())
 
 
 @functools.cache
