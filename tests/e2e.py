@@ -307,14 +307,15 @@ def at_once(*actions: Any) -> list[Any]:
     return results
 
 
-def kill_worker(services: Any, horse_pid: int) -> None:
+def kill_worker(services: Any, horse_pid: int | None) -> None:
     """The machine dies: the work-horse (RQ gives it its own session), the worker and its
-    scheduler, all at once, with SIGKILL."""
+    scheduler, all at once, with SIGKILL. ``horse_pid`` None: the worker runs no job."""
     import os
     import signal
 
     (worker,) = services.workers
-    os.kill(horse_pid, signal.SIGKILL)
+    if horse_pid is not None:
+        os.kill(horse_pid, signal.SIGKILL)
     os.killpg(worker.popen.pid, signal.SIGKILL)
     worker.stop()
 

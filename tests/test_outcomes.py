@@ -283,3 +283,49 @@ def test_on_finish_completes_once_when_its_worker_is_killed_inside_it(
     wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
     assert [c["key"] for c in _finish_calls(env, "on_finish_started")] == [paused.run_id] * 2
     assert len(_finish_calls(env)) == 1
+
+
+def test_on_finish_runs_once_when_the_worker_that_ran_the_run_is_killed_after_it(
+    services, slack, env, conn, tmp_path
+):
+    """The run ends in a worker, which is SIGKILLed before it takes the on_finish job it
+    queued (RQ's own suspension holds the worker between jobs, so the kill falls at a known
+    point): the job is still in Redis, a new worker calls the continuation once."""
+    from pathlib import Path
+
+    from rq import Worker
+    from rq.suspension import resume as resume_workers
+    from rq.suspension import suspend as suspend_workers
+
+    from tests.agents.tools import charge_card
+    from tests.e2e import kill_worker, replace_worker
+
+    prompt = script(calls(("charge_card", {"amount": 42})), say("done: {results}"))
+    paused = run_agent(
+        "scripted",
+        prompt,
+        tools=[charge_card],
+        on_finish="tests.agents.continuations:note_outcome",
+    )
+    hold = Path(env["HOLD_FILE"])
+    hold.touch()
+    _approve(slack, services, paused.pause_id)
+    wait_until(lambda: tool_runs(env, "charge_card"), 30, "the resume to reach the tool")
+    suspend_workers(conn)  # the worker finishes this job, then takes no other
+    hold.unlink()
+
+    wait_until(lambda: queue.finish_queued(conn, paused.run_id), 30, "the on_finish job")
+    (worker,) = Worker.all(connection=conn)
+    wait_until(lambda: worker.get_state() == "suspended", 30, "the worker between jobs")
+    stored, _ = store.load_outcome(conn, paused.run_id)
+    assert stored["status"] == "completed" and "charged 42" in stored["text"]
+    kill_worker(services, None)  # after the run, before its continuation
+    assert _finish_calls(env) == []
+
+    resume_workers(conn)
+    replace_worker(services, env, tmp_path / "worker2.log")
+    (call,) = wait_until(lambda: _finish_calls(env), 60, "the on_finish call")
+    assert call["status"] == "completed" and call["key"] == paused.run_id
+    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
+    assert len(_finish_calls(env)) == 1
+    assert len(tool_runs(env, "charge_card")) == 1  # and the run itself was not run again
