@@ -329,8 +329,8 @@ def replace_worker(services: Any, env: dict[str, str], log: Any) -> None:
 
 
 #: Keys the workers keep up to date on their own, whatever a request does: the metrics'
-#: counters, retention's indexes and lock, the webhooks' outbox. A "changes nothing" check
-#: leaves them out.
+#: counters, retention's indexes and lock, how far the outcome sweep looked, the webhooks'
+#: outbox. A "changes nothing" check leaves them out.
 BOOKKEEPING = frozenset(
     key.encode()
     for key in (
@@ -339,6 +339,7 @@ BOOKKEEPING = frozenset(
         store.FINISHED_KEY,
         store.FINISHED_HISTORY_KEY,
         store.RETENTION_LOCK_KEY,
+        store.ENDS_CHECKED_KEY,
         store.EVENTS_KEY,
         store.EVENTS_TAKING_KEY,
     )

@@ -316,7 +316,12 @@ def test_on_finish_runs_once_when_the_worker_that_ran_the_run_is_killed_after_it
 
     wait_until(lambda: queue.finish_queued(conn, paused.run_id), 30, "the on_finish job")
     (worker,) = Worker.all(connection=conn)
-    wait_until(lambda: worker.get_state() == "suspended", 30, "the worker between jobs")
+
+    def between_jobs() -> bool:
+        worker.refresh()
+        return worker.get_state() == "suspended"
+
+    wait_until(between_jobs, 30, "the worker between jobs")
     stored, _ = store.load_outcome(conn, paused.run_id)
     assert stored["status"] == "completed" and "charged 42" in stored["text"]
     kill_worker(services, None)  # after the run, before its continuation
@@ -329,3 +334,63 @@ def test_on_finish_runs_once_when_the_worker_that_ran_the_run_is_killed_after_it
     wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
     assert len(_finish_calls(env)) == 1
     assert len(tool_runs(env, "charge_card")) == 1  # and the run itself was not run again
+
+
+def test_a_run_whose_worker_died_between_its_end_and_its_outcome_is_finished_once(
+    services, slack, env, conn, tmp_path
+):
+    """The worker records the run's end, then dies before storing the outcome (the state is
+    set up by the worker's own store calls): a later sweep stores the outcome from the
+    records, which queues on_finish; a new worker calls it once, and a second sweep adds
+    nothing."""
+    from approvals import recovery, review
+    from approvals.config import Settings
+    from approvals.models import DecisionKind, RunResult, result_to_dict
+    from tests.e2e import kill_worker, replace_worker
+
+    kill_worker(services, None)  # no worker: nothing but this test moves the run on
+    settings = Settings.from_env()
+    paused = _pause(on_finish="tests.agents.continuations:note_outcome")
+    review.decide(conn, settings, paused.pause_id, DecisionKind.APPROVE, "UALICE")
+    assert store.transition(conn, paused.pause_id, Status.RUNNING, lease=15).ok
+    result = RunResult(
+        Status.COMPLETED, text="Finished: deleted build", tool_output="deleted build",
+        executed_arguments={"path": "build"},
+    )  # fmt: skip
+    fields = {"result": json.dumps(result_to_dict(result))}
+    assert store.transition(conn, paused.pause_id, Status.COMPLETED, fields).ok
+    assert store.load_outcome(conn, paused.run_id) == (None, None)
+    # Time passes: the end is older than a live worker takes to store the outcome, and no
+    # worker has looked at it yet.
+    ended = time.time() - STRANDED_AFTER - 1
+    conn.zadd(store.FINISHED_KEY, {paused.pause_id: ended}, xx=True)
+    conn.delete(store.ENDS_CHECKED_KEY)
+
+    assert recovery.store_missing_outcomes(conn, settings) == [paused.run_id]
+    assert recovery.store_missing_outcomes(conn, settings) == []
+    stored, path = store.load_outcome(conn, paused.run_id)
+    assert stored["status"] == "completed" and stored["text"] == "Finished: deleted build"
+    assert path == "tests.agents.continuations:note_outcome"
+    assert wait(paused.pause_id, timeout=5).status == "completed"
+
+    replace_worker(services, env, tmp_path / "worker2.log")
+    (call,) = wait_until(lambda: _finish_calls(env), 30, "the on_finish call")
+    assert call["status"] == "completed" and call["key"] == paused.run_id
+    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
+    assert len(_finish_calls(env)) == 1
+    assert tool_runs(env, "delete_path") == []  # nothing of the run itself ran again
+
+
+def test_the_outcome_sweep_stores_nothing_for_a_run_that_goes_on(services, slack, env, conn):
+    """A resume that paused again is finished, but its run is not: no outcome is stored."""
+    from approvals import recovery
+    from approvals.config import Settings
+
+    paused = _pause(TWO_PAUSES, on_finish="tests.agents.continuations:note_outcome")
+    _approve(slack, services, paused.pause_id)
+    wait_status(conn, paused.pause_id, Status.PAUSED)
+    conn.zadd(store.FINISHED_KEY, {paused.pause_id: time.time() - STRANDED_AFTER - 1}, xx=True)
+    conn.delete(store.ENDS_CHECKED_KEY)
+    assert recovery.store_missing_outcomes(conn, Settings.from_env()) == []
+    assert store.load_outcome(conn, paused.run_id) == (None, None)
+    assert wait(paused.pause_id, timeout=0.1).status == "paused"
