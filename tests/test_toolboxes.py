@@ -99,6 +99,18 @@ def _database(tmp_path) -> str:
     return path
 
 
+def test_a_plugin_toolbox_outside_the_allow_list_is_refused_before_the_run(env, conn, tmp_path):
+    """``SQLite`` is defined in ``llm_tools_sqlite``, which APPROVALS_TOOL_MODULES does not
+    name here: run_agent refuses it before any model call, and nothing is stored."""
+    from approvals import GateError
+
+    toolbox = gate(llm.get_tools()["SQLite"](_database(tmp_path)), methods=["query"])
+    prompt = script(calls(("SQLite_query", {"sql": "select 1"})), say("{results}"))
+    with pytest.raises(GateError, match=r"llm_tools_sqlite.*APPROVALS_TOOL_MODULES"):
+        run_agent("scripted", prompt, tools=[toolbox])
+    assert model_calls(env) == [] and store.pending(conn) == []
+
+
 @pytest.mark.service_env(APPROVALS_TOOL_MODULES=PLUGIN_MODULES)
 def test_the_sqlite_plugin_toolbox_gated_with_gate_waits_only_for_the_chosen_method(
     services, slack, env, conn, tmp_path, monkeypatch
@@ -151,3 +163,27 @@ def test_a_third_party_function_gated_from_outside_is_found_again_by_its_own_pat
     wait_status(conn, outcome.pause_id, Status.COMPLETED)
     (ran,) = tool_runs(env, "archive_bucket")
     assert ran["arguments"] == {"bucket": "logs", "days": 90} and ran["pid"] != os.getpid()
+
+
+@pytest.mark.service_env(APPROVALS_TOOL_MODULES="tests.agents,llm.tools")
+def test_a_plugin_tool_from_llm_get_tools_gated_with_gate_runs_in_the_worker_once_approved(
+    services, slack, env, conn, monkeypatch
+):
+    """``gate(llm.get_tools()["llm_time"])``: the plugin's tool waits for the click; the
+    worker imports the original by its own dotted path, gates it again and runs it."""
+    monkeypatch.setenv("APPROVALS_TOOL_MODULES", "tests.agents,llm.tools")
+    clock = gate(llm.get_tools()["llm_time"], summary="Read the clock")
+    outcome = run_agent(
+        "scripted", script(calls(("llm_time", {})), say("{results}")), tools=[clock]
+    )
+    assert outcome.status == "paused"
+    approval = store.load(conn, outcome.pause_id)
+    assert approval.tool_name == "llm_time" and approval.summary == "Read the clock"
+    assert approval.tool.path == "llm.tools:llm_time" and approval.tool.gate is not None
+    assert [c["api"] for c in model_calls(env)] == ["sync"]
+
+    _approve(slack, services, outcome.pause_id)
+    wait_status(conn, outcome.pause_id, Status.COMPLETED)
+    resumed = model_calls(env)[-1]
+    assert resumed["pid"] != os.getpid()  # the worker ran the tool and the next turn
+    assert "utc_time" in dict(tool_results_seen(resumed))["llm_time"]
