@@ -143,6 +143,44 @@ def test_wait_from_a_fresh_process_after_the_pausing_one_exited(services, slack,
     assert outcome["status"] == "completed" and "deleted build" in outcome["text"]
 
 
+def test_a_process_started_after_the_agent_exited_waits_through_both_pauses(
+    services, slack, env, conn
+):
+    """The agent process exits at the first pause; a new process calls wait() while the run
+    still waits, blocks through both decisions, and prints the final outcome."""
+    code = (
+        "from approvals import run_agent; from tests.agents.tools import delete_path, send_email;"
+        f"print(run_agent('scripted', {TWO_PAUSES!r}, tools=[delete_path, send_email]).pause_id)"
+    )
+    pausing = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    pause_id = pausing.stdout.strip().splitlines()[-1]
+    code = (
+        "import json; from approvals import wait;"
+        f"print(json.dumps(wait({pause_id!r}, timeout=60).to_dict()))"
+    )
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _approve(slack, services, pause_id)
+        second = wait_status(conn, pause_id, Status.PAUSED).result.next_approval_id
+        card_of(slack, second)
+        assert waiter.poll() is None  # still waiting: a pause is not the end
+        _approve(slack, services, second)
+        out, err = waiter.communicate(timeout=60)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+    assert waiter.returncode == 0, err
+    outcome = json.loads(out.strip().splitlines()[-1])
+    assert outcome["status"] == "completed" and "sent to ops@example.com" in outcome["text"]
+    assert [c["tool"] for c in outcome["calls"]] == ["delete_path", "send_email"]
+    assert outcome["pause_id"] == second
+
+
 def test_run_agent_wait_true_returns_the_final_outcome(services, slack, env, conn):
     """run_agent(wait=True) in a thread blocks through the click and returns the end."""
     found: list = []
