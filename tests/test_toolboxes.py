@@ -1,6 +1,8 @@
 """Toolboxes and tools one cannot decorate, through the whole loop: a toolbox of our own with a
-gated method, the real ``SQLite`` toolbox of the ``llm-tools-sqlite`` plugin gated with
-``approvals.gate``, and a third-party function gated from outside its module."""
+gated method, the real ``SQLite`` toolbox of the ``llm-tools-sqlite`` plugin and the real
+``Filesystem`` toolbox of ``llm-tools-edit`` (whose writes change files) gated with
+``approvals.gate``, a plugin's tool from ``llm.get_tools()``, and a third-party function gated
+from outside its module."""
 
 from __future__ import annotations
 
@@ -187,3 +189,45 @@ def test_a_plugin_tool_from_llm_get_tools_gated_with_gate_runs_in_the_worker_onc
     resumed = model_calls(env)[-1]
     assert resumed["pid"] != os.getpid()  # the worker ran the tool and the next turn
     assert "utc_time" in dict(tool_results_seen(resumed))["llm_time"]
+
+
+EDIT_MODULES = "tests.agents,llm_tools_edit"
+
+
+@pytest.mark.service_env(APPROVALS_TOOL_MODULES=EDIT_MODULES)
+def test_the_edit_plugin_toolbox_gated_with_gate_waits_for_the_write_and_leaves_the_read_free(
+    services, slack, env, conn, tmp_path, monkeypatch
+):
+    """``gate(Filesystem(root), methods=[the writes])`` on llm-tools-edit's real toolbox: the
+    read runs at once, the write waits and changes nothing until approved; the worker builds
+    ``Filesystem(root)`` again from llm's record and the write happens there, once."""
+    monkeypatch.setenv("APPROVALS_TOOL_MODULES", EDIT_MODULES)
+    root = tmp_path / "site"
+    root.mkdir()
+    config = root / "config.toml"
+    config.write_text("debug = true\n")
+    filesystem = llm.get_tools()["Filesystem"](str(root))  # the plugin's class, as llm lists it
+    writes = ["str_replace", "create", "insert"]
+    files = gate(filesystem, methods=writes, summary="Edit {path}")
+    change = {"path": "config.toml", "old_str": "debug = true", "new_str": "debug = false"}
+    prompt = script(
+        calls(("Filesystem_view", {"path": "config.toml"}), ("Filesystem_str_replace", change)),
+        say("{results}"),
+    )
+    outcome = run_agent("scripted", prompt, tools=[files])
+    assert outcome.status == "paused"
+    approval = store.load(conn, outcome.pause_id)
+    assert approval.tool_name == "Filesystem_str_replace" and approval.summary == "Edit config.toml"
+    assert approval.tool.path == "llm_tools_edit._filesystem:Filesystem"
+    assert approval.tool.config == {"path": str(root), "max_lines": None, "max_chars": None}
+    assert [s.name for s in approval.siblings] == ["Filesystem_view"]  # the read ran, free
+    assert config.read_text() == "debug = true\n"  # nothing written before the click
+
+    _approve(slack, services, outcome.pause_id)
+    wait_status(conn, outcome.pause_id, Status.COMPLETED)
+    assert config.read_text() == "debug = false\n"
+    resumed = model_calls(env)[-1]
+    assert resumed["pid"] != os.getpid()
+    seen = dict(tool_results_seen(resumed))
+    assert seen["Filesystem_str_replace"] == "OK: replacement applied."
+    assert "debug = true" in seen["Filesystem_view"]  # what the read saw, before the write
