@@ -432,3 +432,20 @@ def test_the_outcome_sweep_stores_nothing_for_a_run_that_goes_on(services, slack
     assert recovery.store_missing_outcomes(conn, Settings.from_env()) == []
     assert store.load_outcome(conn, paused.run_id) == (None, None)
     assert wait(paused.pause_id, timeout=0.1).status == "paused"
+
+
+def test_waiting_on_an_unknown_id_is_a_clear_error_that_changes_nothing(env, conn):
+    """wait() and `approvals result` on an id Redis does not know: UnknownApproval naming
+    the id, exit code 1 with the same words, at once, and Redis as it was."""
+    from approvals.errors import UnknownApproval
+    from tests.e2e import redis_state
+
+    _pause()
+    before = redis_state(conn, jobs=True)
+    started = time.monotonic()
+    with pytest.raises(UnknownApproval, match="'run-nope'"):
+        wait("run-nope", timeout=30)
+    assert time.monotonic() - started < 5  # not a wait for something that cannot come
+    result = CliRunner().invoke(cli, ["result", "run-nope"])
+    assert result.exit_code == 1 and "no approval with id 'run-nope'" in result.output
+    assert redis_state(conn, jobs=True) == before
