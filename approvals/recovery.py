@@ -63,8 +63,12 @@ def store_missing_outcomes(conn: redis.Redis, settings: Settings) -> list[str]:
     run's ``on_finish`` as usual. Each finished approval is looked at once, ``STRANDED_AFTER``
     seconds after it finished. Returns the run ids."""
     now = time.time()
-    since = max(store.ends_checked(conn) or 0.0, now - STRANDED_WINDOW)
+    # Not past the outcome's TTL: an outcome that expired is not one never stored.
+    oldest = now - min(STRANDED_WINDOW, settings.result_ttl)
+    since = max(store.ends_checked(conn) or 0.0, oldest)
     until = now - STRANDED_AFTER
+    if until <= since:
+        return []
     stored = []
     for approval in store.finished_between(conn, since, until):
         if approval.run_id is None or approval.run_id in stored:

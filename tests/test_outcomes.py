@@ -449,3 +449,24 @@ def test_waiting_on_an_unknown_id_is_a_clear_error_that_changes_nothing(env, con
     result = CliRunner().invoke(cli, ["result", "run-nope"])
     assert result.exit_code == 1 and "no approval with id 'run-nope'" in result.output
     assert redis_state(conn, jobs=True) == before
+
+
+@pytest.mark.service_env(APPROVALS_RESULT_TTL="20")
+def test_the_outcome_sweep_never_stores_again_an_outcome_that_expired(
+    services, slack, env, conn, monkeypatch
+):
+    """A result TTL shorter than the sweep's delay: the outcome that expired is not taken for
+    one never stored, so on_finish is not called a second time."""
+    from approvals import recovery
+    from approvals.config import Settings
+
+    monkeypatch.setenv("APPROVALS_RESULT_TTL", "20")
+    paused = _pause(on_finish="tests.agents.continuations:note_outcome")
+    _approve(slack, services, paused.pause_id)
+    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 30, "the on_finish call")
+    conn.delete(store.outcome_key(paused.run_id))  # expired
+    conn.zadd(store.FINISHED_KEY, {paused.pause_id: time.time() - STRANDED_AFTER - 1}, xx=True)
+    conn.delete(store.ENDS_CHECKED_KEY)
+    assert recovery.store_missing_outcomes(conn, Settings.from_env()) == []
+    assert store.load_outcome(conn, paused.run_id) == (None, None)
+    assert len(_finish_calls(env)) == 1
