@@ -16,7 +16,7 @@ import logging
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import llm
 import redis
@@ -137,12 +137,13 @@ def run_agent(
 
     Raises:
         GateError: a tool (or ``on_finish``) cannot be found again by a worker (defined in
-            ``__main__``, outside ``APPROVALS_TOOL_MODULES``...).
+            ``__main__``, outside ``APPROVALS_TOOL_MODULES``...), or the model does not
+            support conversations, so a paused run could never resume.
         ConfigError: ``on_finish`` is given but ``APPROVALS_TOOL_MODULES`` is not set.
     """
     settings = settings or Settings.from_env()
     found = _prepare(settings, tools, on_finish)
-    resolved = resolve_model(model)
+    resolved = _resumable(resolve_model(model))
     context = _new_run(
         settings, resolved.model_id, found, system, agent, channel, requested_by, chain_limit,
         on_finish, log, asynchronous=False,
@@ -181,7 +182,7 @@ async def run_agent_async(
     """
     settings = settings or Settings.from_env()
     found = _prepare(settings, tools, on_finish)
-    resolved = resolve_async_model(model)
+    resolved = _resumable(resolve_async_model(model))
     context = _new_run(
         settings, resolved.model_id, found, system, agent, channel, requested_by, chain_limit,
         on_finish, log, asynchronous=True,
@@ -212,6 +213,20 @@ def _prepare(settings: Settings, tools: Sequence[Any], on_finish: str | None) ->
             except ResumeError as exc:
                 raise GateError(str(exc)) from None
     return found
+
+
+_Model = TypeVar("_Model", SyncModel, AsyncModel)
+
+
+def _resumable(model: _Model) -> _Model:
+    """The model, if a paused run on it can resume: llm refuses a model without
+    conversations the history a resume hands it (``ConversationNotSupported``)."""
+    if not model.supports_conversation:
+        raise GateError(
+            f"model {model.model_id} does not support conversations: a run paused on it "
+            "could never resume (llm raises ConversationNotSupported for its history)"
+        )
+    return model
 
 
 def _new_run(

@@ -234,10 +234,13 @@ def _card_of(conn: redis.Redis, pause_id: str) -> str:
 def finish_run(conn: redis.Redis, settings: Settings, approval: Approval) -> Outcome | None:
     """Record the end of the run ``approval`` (its last pause) belongs to, and queue its
     ``on_finish``; once per run (a second call changes nothing and returns None). A record
-    without a run id (paused before runs had one) has no outcome to record."""
+    without a run id (paused before runs had one), or a run its records do not show ended,
+    has no outcome to record."""
     if approval.run_id is None:
         return None
     outcome = compose(approval.run_id, _load_run(conn, approval.run_id) or [approval])
+    if not outcome.ended:  # a call of its turn still waits, say: not an end to record
+        return None
     encoded = json.dumps(outcome.to_dict(), ensure_ascii=False)
     ttl = settings.result_ttl
     if not store.save_outcome(conn, approval.run_id, encoded, approval.on_finish, ttl):

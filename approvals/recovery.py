@@ -20,7 +20,7 @@ import time
 
 import redis
 
-from approvals import queue, store
+from approvals import outcomes, queue, store
 from approvals.config import Settings
 from approvals.models import DECIDED, OnReject, Status
 
@@ -56,9 +56,39 @@ def recover_dead_runs(conn: redis.Redis, settings: Settings) -> dict[str, str]:
     return outcomes
 
 
+def store_missing_outcomes(conn: redis.Redis, settings: Settings) -> list[str]:
+    """Store the outcome of every run whose end was recorded but whose outcome never was:
+    the process that recorded the end (a worker after the run's last turn, a decider after
+    an ``on_reject="stop"`` rejection) died before the next step. Storing it queues the
+    run's ``on_finish`` as usual. Each finished approval is looked at once, ``STRANDED_AFTER``
+    seconds after it finished. Returns the run ids."""
+    now = time.time()
+    # Not past the outcome's TTL: an outcome that expired is not one never stored.
+    oldest = now - min(STRANDED_WINDOW, settings.result_ttl)
+    since = max(store.ends_checked(conn) or 0.0, oldest)
+    until = now - STRANDED_AFTER
+    if until <= since:
+        return []
+    stored = []
+    for approval in store.finished_between(conn, since, until):
+        if approval.run_id is None or approval.run_id in stored:
+            continue
+        if store.load_outcome(conn, approval.run_id)[0] is not None:
+            continue
+        # Not every finished approval ends its run (a resume that paused again, a decision
+        # of a rule): finish_run stores nothing for a run its records do not show ended.
+        if outcomes.finish_run(conn, settings, approval) is not None:
+            log.warning("run %s: ended, but its outcome was never stored", approval.run_id)
+            stored.append(approval.run_id)
+    store.note_ends_checked(conn, until)
+    return stored
+
+
 def requeue_unfinished(conn: redis.Redis, settings: Settings) -> list[str]:
     """Queue the ``on_finish`` of every run that ended with no job for it: the worker that
-    stored the outcome died before queuing it. Returns the run ids."""
+    stored the outcome died before queuing it, or before storing it (``store_missing_outcomes``
+    runs first). Returns the run ids."""
+    store_missing_outcomes(conn, settings)
     now = time.time()
     store.forget_finishing(conn, now - settings.result_ttl)
     requeued = []

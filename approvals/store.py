@@ -79,6 +79,9 @@ RUNNING_KEY = PREFIX + "running"
 DEADLINES_KEY = PREFIX + "deadlines"
 #: Runs whose ``on_finish`` has not returned yet, by when they ended.
 FINISHING_KEY = PREFIX + "finishing"
+#: How far (a time of ``FINISHED_KEY``) the workers have looked for runs that ended with no
+#: outcome stored (``recovery.store_missing_outcomes``).
+ENDS_CHECKED_KEY = PREFIX + "ends-checked"
 #: Finished approvals (see ``FINISHED_LUA``) whose record and audit trail are still in Redis,
 #: scored by when they finished; the retention sweep reads it, oldest first.
 FINISHED_KEY = PREFIX + "finished"
@@ -828,6 +831,29 @@ def save_outcome(
 def finishing_between(conn: redis.Redis, since: float, until: float) -> list[str]:
     """Runs whose ``on_finish`` has not returned, that ended between the two times."""
     return [_text(i) for i in cast(list[bytes], conn.zrangebyscore(FINISHING_KEY, since, until))]
+
+
+def finished_between(conn: redis.Redis, since: float, until: float) -> list[Approval]:
+    """The approvals that finished (``FINISHED_LUA``) after ``since`` and by ``until``."""
+    ids = cast(list[bytes], conn.zrangebyscore(FINISHED_KEY, f"({since!r}", repr(until)))
+    return _load_many(conn, [_text(i) for i in ids])
+
+
+def ends_checked(conn: redis.Redis) -> float | None:
+    """Up to when finished approvals were looked at for an outcome never stored."""
+    value = conn.get(ENDS_CHECKED_KEY)
+    return None if value is None else float(_text(value))
+
+
+def note_ends_checked(conn: redis.Redis, until: float) -> None:
+    """Finished approvals up to ``until`` were looked at (never moves back)."""
+    eval_script(conn, _NOTE_ENDS_CHECKED_LUA, [ENDS_CHECKED_KEY], [repr(until)])
+
+
+_NOTE_ENDS_CHECKED_LUA = """
+local now = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) > now then redis.call('SET', KEYS[1], ARGV[1]) end
+"""
 
 
 def forget_finishing(conn: redis.Redis, until: float) -> None:

@@ -307,14 +307,15 @@ def at_once(*actions: Any) -> list[Any]:
     return results
 
 
-def kill_worker(services: Any, horse_pid: int) -> None:
+def kill_worker(services: Any, horse_pid: int | None) -> None:
     """The machine dies: the work-horse (RQ gives it its own session), the worker and its
-    scheduler, all at once, with SIGKILL."""
+    scheduler, all at once, with SIGKILL. ``horse_pid`` None: the worker runs no job."""
     import os
     import signal
 
     (worker,) = services.workers
-    os.kill(horse_pid, signal.SIGKILL)
+    if horse_pid is not None:
+        os.kill(horse_pid, signal.SIGKILL)
     os.killpg(worker.popen.pid, signal.SIGKILL)
     worker.stop()
 
@@ -328,8 +329,8 @@ def replace_worker(services: Any, env: dict[str, str], log: Any) -> None:
 
 
 #: Keys the workers keep up to date on their own, whatever a request does: the metrics'
-#: counters, retention's indexes and lock, the webhooks' outbox. A "changes nothing" check
-#: leaves them out.
+#: counters, retention's indexes and lock, how far the outcome sweep looked, the webhooks'
+#: outbox. A "changes nothing" check leaves them out.
 BOOKKEEPING = frozenset(
     key.encode()
     for key in (
@@ -338,6 +339,7 @@ BOOKKEEPING = frozenset(
         store.FINISHED_KEY,
         store.FINISHED_HISTORY_KEY,
         store.RETENTION_LOCK_KEY,
+        store.ENDS_CHECKED_KEY,
         store.EVENTS_KEY,
         store.EVENTS_TAKING_KEY,
     )

@@ -10,10 +10,18 @@ import asyncio
 import os
 import threading
 
-from approvals import run_agent_async, store
+from approvals import run_agent_async, store, wait
 from approvals.models import DecisionKind, Status
 from tests.agents.scripted import calls, say, script
-from tests.agents.tools import delete_path, fetch_page, list_files, publish_post
+from tests.agents.tools import (
+    delete_path,
+    drop_index,
+    fetch_page,
+    list_files,
+    publish_post,
+    refund_card,
+    renew_cert,
+)
 from tests.conftest import wait_until
 from tests.e2e import (
     card_of,
@@ -33,8 +41,8 @@ PUBLISH = script(
 )
 
 
-def _pause(prompt: str = PUBLISH, **kw):
-    outcome = asyncio.run(run_agent_async("scripted", prompt, tools=TOOLS, **kw))
+def _pause(prompt: str = PUBLISH, tools=TOOLS, **kw):
+    outcome = asyncio.run(run_agent_async("scripted", prompt, tools=tools, **kw))
     assert outcome.status == "paused" and outcome.pause_id
     return outcome
 
@@ -178,3 +186,131 @@ def test_an_async_resume_never_starts_a_tool_an_earlier_attempt_started(env, con
         agent.resume(conn, settings, store.load(conn, decided.id))
     assert tool_runs(env, "publish_post") == []
     assert [c["api"] for c in model_calls(env)] == ["async"]  # and no model call either
+
+
+# --- the guarantees, proven for async runs the way tests/test_faults.py and
+# tests/test_outcomes.py prove them for sync ones -----------------------------------------
+
+
+def test_a_worker_killed_inside_a_gated_coroutine_never_runs_it_twice(
+    services, slack, env, conn, tmp_path
+):
+    """SIGKILL mid-coroutine: not rerun by anyone, the card says interrupted, Retry runs it
+    once more on llm's async API, with the same idempotency key."""
+    from pathlib import Path
+
+    from tests.e2e import action_blocks, card_showing, kill_worker, replace_worker
+    from tests.test_faults import click_retry
+
+    prompt = script(calls(("refund_card", {"amount": 7})), say("done: {results}"))
+    outcome = _pause(prompt, tools=[refund_card])
+    card = card_of(slack, outcome.pause_id)
+    hold = Path(env["HOLD_FILE"])
+    hold.touch()
+    click(slack, services.bot_url, "approve", outcome.pause_id, card_ts=card.ts)
+    (started,) = wait_until(lambda: tool_runs(env, "refund_card"), 20, "the coroutine to start")
+
+    kill_worker(services, started["pid"])  # inside the coroutine
+    hold.unlink()
+    replace_worker(services, env, tmp_path / "worker2.log")
+
+    interrupted = wait_status(conn, outcome.pause_id, Status.INTERRUPTED, timeout=60)
+    assert interrupted.tool_started_at is not None and interrupted.tool_finished_at is None
+    (retry_block,) = action_blocks(card_showing(slack, card.ts, "Interrupted"))
+    assert [e["action_id"] for e in retry_block["elements"]] == ["approval_retry"]
+    assert len(tool_runs(env, "refund_card")) == 1  # not run again by anyone
+    assert tool_runs(env, "refund_card_done") == []
+
+    assert click_retry(slack, services.bot_url, outcome.pause_id, card.ts)[0] == 200
+    done = wait_status(conn, outcome.pause_id, Status.COMPLETED, timeout=30)
+    assert done.result is not None and "refunded 7" in (done.result.text or "")
+    starts = tool_runs(env, "refund_card")
+    assert len(starts) == 2 and {r["arguments"]["key"] for r in starts} == {outcome.pause_id}
+    assert [c["api"] for c in model_calls(env)] == ["async", "async"]
+
+
+def test_a_click_and_the_cli_at_once_resume_an_async_run_once(services, slack, env, conn):
+    """`approvals approve` and an Approve click at the same moment: one decision, one
+    resume, the coroutine runs once."""
+    from click.testing import CliRunner
+
+    from approvals.cli import cli
+    from tests.e2e import at_once
+
+    outcome = _pause()
+    card = card_of(slack, outcome.pause_id)
+    cli_exit, _ = at_once(
+        lambda: CliRunner().invoke(cli, ["approve", outcome.pause_id]).exit_code,
+        lambda: click(slack, services.bot_url, "approve", outcome.pause_id, "UBOB", card.ts),
+    )
+    done = wait_status(conn, outcome.pause_id, Status.COMPLETED)
+    decided = [e for e in store.audit_trail(conn, outcome.pause_id) if e["event"] == "approved"]
+    assert len(decided) == 1 and done.decision.actor == decided[0]["actor"]
+    assert cli_exit == (0 if done.decision.actor.startswith("cli:") else 1)
+    assert len(tool_runs(env, "publish_post")) == 1
+    assert [c["api"] for c in model_calls(env)] == ["async", "async"]
+
+
+def test_an_async_approval_that_expires_tells_the_model_and_the_run_goes_on(
+    services, slack, env, conn
+):
+    """Nobody decides: the expiry is the tool result the async model reads; it answers."""
+    prompt = script(calls(("renew_cert", {"domain": "example.com"})), say("went on: {results}"))
+    outcome = _pause(prompt, tools=[renew_cert])
+    final = wait(outcome.pause_id, timeout=60)
+    assert final.status == "completed" and "expired" in final.text
+    assert [d.kind for d in final.decisions] == [DecisionKind.EXPIRE]
+    assert tool_runs(env, "renew_cert") == []
+    assert [c["api"] for c in model_calls(env)] == ["async", "async"]
+
+
+def test_an_async_run_stopped_by_a_rejection_or_an_expiry_ends_there(services, slack, env, conn):
+    """on_reject="stop" on a coroutine tool: a rejection ends the run (who, why), an expiry
+    too (by the system); neither runs the tool nor asks the model again."""
+    prompt = script(calls(("drop_index", {"name": "orders_idx"})), say("dropped"))
+    rejected = _pause(prompt, tools=[drop_index])
+    card_of(slack, rejected.pause_id)
+    assert submit_reject(services.bot_url, rejected.pause_id, "the index is in use")[0] == 200
+    stopped = wait(rejected.pause_id, timeout=60)
+    assert stopped.status == "stopped" and stopped.reason == "the index is in use"
+    assert stopped.stopped_by in ("UALICE", "ualice")
+
+    expired = wait(_pause(prompt, tools=[drop_index]).pause_id, timeout=60)
+    assert expired.status == "stopped" and expired.stopped_by == "system"
+    assert "expired" in expired.reason
+    assert tool_runs(env, "drop_index") == []
+    assert [c["api"] for c in model_calls(env)] == ["async", "async"]  # the two first turns
+
+
+def test_wait_follows_an_async_run_through_two_pauses_and_on_finish_is_called_once(
+    services, slack, env, conn
+):
+    """Two pauses of one async run: wait() returns its final outcome, on_finish gets it once."""
+    prompt = script(
+        calls(("publish_post", {"slug": "one"})),
+        calls(("publish_post", {"slug": "two"})),
+        say("Both: {results}"),
+    )
+    first = _pause(prompt, on_finish="tests.agents.continuations:note_outcome")
+    found: list = []
+    waiter = threading.Thread(target=lambda: found.append(wait(first.pause_id, timeout=60)))
+    waiter.start()
+    click(
+        slack,
+        services.bot_url,
+        "approve",
+        first.pause_id,
+        card_ts=card_of(slack, first.pause_id).ts,
+    )
+    second = wait_status(conn, first.pause_id, Status.PAUSED).result.next_approval_id
+    assert waiter.is_alive()  # paused again: not the end
+    click(slack, services.bot_url, "approve", second, card_ts=card_of(slack, second).ts)
+    waiter.join(60)
+    (outcome,) = found
+    assert outcome.status == "completed" and outcome.run_id == first.run_id
+    assert [c.ran_with for c in outcome.calls] == [{"slug": "one"}, {"slug": "two"}]
+    assert [c.output for c in outcome.calls] == ["published one", "published two"]
+    (call,) = wait_until(lambda: tool_runs(env, "on_finish"), 30, "the on_finish call")
+    assert call["status"] == "completed" and call["key"] == first.run_id
+    wait_until(lambda: store.outcome_flag_set(conn, first.run_id), 10, "the call noted")
+    assert len(tool_runs(env, "on_finish")) == 1

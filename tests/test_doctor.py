@@ -463,6 +463,44 @@ def test_a_model_missing_here_or_without_conversations_fails(env, conn):
     assert "APPROVALS_LLM_PLUGINS" in check.message
 
 
+def test_what_the_model_check_warns_of_is_what_llm_does(env):
+    """A history with a tool call on a model without conversations: llm itself raises
+    ConversationNotSupported, so a resume on it could never work."""
+    import llm
+
+    from tests.agents.tools import list_files
+
+    history = [
+        llm.Message.from_dict({"role": "user", "parts": [{"type": "text", "text": "clean up"}]}),
+        llm.Message.from_dict(
+            {
+                "role": "assistant",
+                "parts": [
+                    {"type": "tool_call", "name": "list_files", "arguments": {"path": "a"},
+                     "tool_call_id": "tc_1"},
+                ],
+            }
+        ),
+    ]  # fmt: skip
+    model = llm.get_model("forgetful")
+    with pytest.raises(llm.ConversationNotSupported):
+        model.chain(messages=history, tools=[list_files]).text()
+
+
+def test_run_agent_refuses_a_model_without_conversations_before_the_run(env, conn):
+    """Such a model is refused up front (a clear GateError), not at the first resume: no
+    model call, nothing stored."""
+    from approvals import GateError, run_agent
+    from tests.agents.scripted import calls, script
+    from tests.agents.tools import delete_path
+    from tests.e2e import model_calls
+
+    prompt = script(calls(("delete_path", {"path": "a"})))
+    with pytest.raises(GateError, match="forgetful does not support conversations"):
+        run_agent("forgetful", prompt, tools=[delete_path])
+    assert model_calls(env) == [] and store.pending(conn) == []
+
+
 # ---------------------------------------------------------------------------------- memory
 
 

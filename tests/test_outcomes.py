@@ -143,6 +143,44 @@ def test_wait_from_a_fresh_process_after_the_pausing_one_exited(services, slack,
     assert outcome["status"] == "completed" and "deleted build" in outcome["text"]
 
 
+def test_a_process_started_after_the_agent_exited_waits_through_both_pauses(
+    services, slack, env, conn
+):
+    """The agent process exits at the first pause; a new process calls wait() while the run
+    still waits, blocks through both decisions, and prints the final outcome."""
+    code = (
+        "from approvals import run_agent; from tests.agents.tools import delete_path, send_email;"
+        f"print(run_agent('scripted', {TWO_PAUSES!r}, tools=[delete_path, send_email]).pause_id)"
+    )
+    pausing = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    pause_id = pausing.stdout.strip().splitlines()[-1]
+    code = (
+        "import json; from approvals import wait;"
+        f"print(json.dumps(wait({pause_id!r}, timeout=60).to_dict()))"
+    )
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _approve(slack, services, pause_id)
+        second = wait_status(conn, pause_id, Status.PAUSED).result.next_approval_id
+        card_of(slack, second)
+        assert waiter.poll() is None  # still waiting: a pause is not the end
+        _approve(slack, services, second)
+        out, err = waiter.communicate(timeout=60)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+    assert waiter.returncode == 0, err
+    outcome = json.loads(out.strip().splitlines()[-1])
+    assert outcome["status"] == "completed" and "sent to ops@example.com" in outcome["text"]
+    assert [c["tool"] for c in outcome["calls"]] == ["delete_path", "send_email"]
+    assert outcome["pause_id"] == second
+
+
 def test_run_agent_wait_true_returns_the_final_outcome(services, slack, env, conn):
     """run_agent(wait=True) in a thread blocks through the click and returns the end."""
     found: list = []
@@ -282,4 +320,153 @@ def test_on_finish_completes_once_when_its_worker_is_killed_inside_it(
     assert call["pid"] != started["pid"]
     wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
     assert [c["key"] for c in _finish_calls(env, "on_finish_started")] == [paused.run_id] * 2
+    assert len(_finish_calls(env)) == 1
+
+
+def test_on_finish_runs_once_when_the_worker_that_ran_the_run_is_killed_after_it(
+    services, slack, env, conn, tmp_path
+):
+    """The run ends in a worker, which is SIGKILLed before it takes the on_finish job it
+    queued (RQ's own suspension holds the worker between jobs, so the kill falls at a known
+    point): the job is still in Redis, a new worker calls the continuation once."""
+    from pathlib import Path
+
+    from rq import Worker
+    from rq.suspension import resume as resume_workers
+    from rq.suspension import suspend as suspend_workers
+
+    from tests.agents.tools import charge_card
+    from tests.e2e import kill_worker, replace_worker
+
+    prompt = script(calls(("charge_card", {"amount": 42})), say("done: {results}"))
+    paused = run_agent(
+        "scripted",
+        prompt,
+        tools=[charge_card],
+        on_finish="tests.agents.continuations:note_outcome",
+    )
+    hold = Path(env["HOLD_FILE"])
+    hold.touch()
+    _approve(slack, services, paused.pause_id)
+    wait_until(lambda: tool_runs(env, "charge_card"), 30, "the resume to reach the tool")
+    suspend_workers(conn)  # the worker finishes this job, then takes no other
+    hold.unlink()
+
+    wait_until(lambda: queue.finish_queued(conn, paused.run_id), 30, "the on_finish job")
+    (worker,) = Worker.all(connection=conn)
+
+    def between_jobs() -> bool:
+        worker.refresh()
+        return worker.get_state() == "suspended"
+
+    wait_until(between_jobs, 30, "the worker between jobs")
+    stored, _ = store.load_outcome(conn, paused.run_id)
+    assert stored["status"] == "completed" and "charged 42" in stored["text"]
+    kill_worker(services, None)  # after the run, before its continuation
+    assert _finish_calls(env) == []
+
+    resume_workers(conn)
+    replace_worker(services, env, tmp_path / "worker2.log")
+    (call,) = wait_until(lambda: _finish_calls(env), 60, "the on_finish call")
+    assert call["status"] == "completed" and call["key"] == paused.run_id
+    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
+    assert len(_finish_calls(env)) == 1
+    assert len(tool_runs(env, "charge_card")) == 1  # and the run itself was not run again
+
+
+def test_a_run_whose_worker_died_between_its_end_and_its_outcome_is_finished_once(
+    services, slack, env, conn, tmp_path
+):
+    """The worker records the run's end, then dies before storing the outcome (the state is
+    set up by the worker's own store calls): a later sweep stores the outcome from the
+    records, which queues on_finish; a new worker calls it once, and a second sweep adds
+    nothing."""
+    from approvals import recovery, review
+    from approvals.config import Settings
+    from approvals.models import DecisionKind, RunResult, result_to_dict
+    from tests.e2e import kill_worker, replace_worker
+
+    kill_worker(services, None)  # no worker: nothing but this test moves the run on
+    settings = Settings.from_env()
+    paused = _pause(on_finish="tests.agents.continuations:note_outcome")
+    review.decide(conn, settings, paused.pause_id, DecisionKind.APPROVE, "UALICE")
+    assert store.transition(conn, paused.pause_id, Status.RUNNING, lease=15).ok
+    result = RunResult(
+        Status.COMPLETED, text="Finished: deleted build", tool_output="deleted build",
+        executed_arguments={"path": "build"},
+    )  # fmt: skip
+    fields = {"result": json.dumps(result_to_dict(result))}
+    assert store.transition(conn, paused.pause_id, Status.COMPLETED, fields).ok
+    assert store.load_outcome(conn, paused.run_id) == (None, None)
+    # Time passes: the end is older than a live worker takes to store the outcome, and no
+    # worker has looked at it yet.
+    ended = time.time() - STRANDED_AFTER - 1
+    conn.zadd(store.FINISHED_KEY, {paused.pause_id: ended}, xx=True)
+    conn.delete(store.ENDS_CHECKED_KEY)
+
+    assert recovery.store_missing_outcomes(conn, settings) == [paused.run_id]
+    assert recovery.store_missing_outcomes(conn, settings) == []
+    stored, path = store.load_outcome(conn, paused.run_id)
+    assert stored["status"] == "completed" and stored["text"] == "Finished: deleted build"
+    assert path == "tests.agents.continuations:note_outcome"
+    assert wait(paused.pause_id, timeout=5).status == "completed"
+
+    replace_worker(services, env, tmp_path / "worker2.log")
+    (call,) = wait_until(lambda: _finish_calls(env), 30, "the on_finish call")
+    assert call["status"] == "completed" and call["key"] == paused.run_id
+    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
+    assert len(_finish_calls(env)) == 1
+    assert tool_runs(env, "delete_path") == []  # nothing of the run itself ran again
+
+
+def test_the_outcome_sweep_stores_nothing_for_a_run_that_goes_on(services, slack, env, conn):
+    """A resume that paused again is finished, but its run is not: no outcome is stored."""
+    from approvals import recovery
+    from approvals.config import Settings
+
+    paused = _pause(TWO_PAUSES, on_finish="tests.agents.continuations:note_outcome")
+    _approve(slack, services, paused.pause_id)
+    wait_status(conn, paused.pause_id, Status.PAUSED)
+    conn.zadd(store.FINISHED_KEY, {paused.pause_id: time.time() - STRANDED_AFTER - 1}, xx=True)
+    conn.delete(store.ENDS_CHECKED_KEY)
+    assert recovery.store_missing_outcomes(conn, Settings.from_env()) == []
+    assert store.load_outcome(conn, paused.run_id) == (None, None)
+    assert wait(paused.pause_id, timeout=0.1).status == "paused"
+
+
+def test_waiting_on_an_unknown_id_is_a_clear_error_that_changes_nothing(env, conn):
+    """wait() and `approvals result` on an id Redis does not know: UnknownApproval naming
+    the id, exit code 1 with the same words, at once, and Redis as it was."""
+    from approvals.errors import UnknownApproval
+    from tests.e2e import redis_state
+
+    _pause()
+    before = redis_state(conn, jobs=True)
+    started = time.monotonic()
+    with pytest.raises(UnknownApproval, match="'run-nope'"):
+        wait("run-nope", timeout=30)
+    assert time.monotonic() - started < 5  # not a wait for something that cannot come
+    result = CliRunner().invoke(cli, ["result", "run-nope"])
+    assert result.exit_code == 1 and "no approval with id 'run-nope'" in result.output
+    assert redis_state(conn, jobs=True) == before
+
+
+@pytest.mark.service_env(APPROVALS_RESULT_TTL="20")
+def test_the_outcome_sweep_never_stores_again_an_outcome_that_expired(
+    services, slack, env, conn, monkeypatch
+):
+    """A result TTL shorter than the sweep's delay: the outcome that expired is not taken for
+    one never stored, so on_finish is not called a second time."""
+    from approvals import recovery
+    from approvals.config import Settings
+
+    monkeypatch.setenv("APPROVALS_RESULT_TTL", "20")
+    paused = _pause(on_finish="tests.agents.continuations:note_outcome")
+    _approve(slack, services, paused.pause_id)
+    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 30, "the on_finish call")
+    conn.delete(store.outcome_key(paused.run_id))  # expired
+    conn.zadd(store.FINISHED_KEY, {paused.pause_id: time.time() - STRANDED_AFTER - 1}, xx=True)
+    conn.delete(store.ENDS_CHECKED_KEY)
+    assert recovery.store_missing_outcomes(conn, Settings.from_env()) == []
+    assert store.load_outcome(conn, paused.run_id) == (None, None)
     assert len(_finish_calls(env)) == 1

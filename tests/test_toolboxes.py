@@ -1,6 +1,8 @@
 """Toolboxes and tools one cannot decorate, through the whole loop: a toolbox of our own with a
-gated method, the real ``SQLite`` toolbox of the ``llm-tools-sqlite`` plugin gated with
-``approvals.gate``, and a third-party function gated from outside its module."""
+gated method, the real ``SQLite`` toolbox of the ``llm-tools-sqlite`` plugin and the real
+``Filesystem`` toolbox of ``llm-tools-edit`` (whose writes change files) gated with
+``approvals.gate``, a plugin's tool from ``llm.get_tools()``, and a third-party function gated
+from outside its module."""
 
 from __future__ import annotations
 
@@ -99,6 +101,18 @@ def _database(tmp_path) -> str:
     return path
 
 
+def test_a_plugin_toolbox_outside_the_allow_list_is_refused_before_the_run(env, conn, tmp_path):
+    """``SQLite`` is defined in ``llm_tools_sqlite``, which APPROVALS_TOOL_MODULES does not
+    name here: run_agent refuses it before any model call, and nothing is stored."""
+    from approvals import GateError
+
+    toolbox = gate(llm.get_tools()["SQLite"](_database(tmp_path)), methods=["query"])
+    prompt = script(calls(("SQLite_query", {"sql": "select 1"})), say("{results}"))
+    with pytest.raises(GateError, match=r"llm_tools_sqlite.*APPROVALS_TOOL_MODULES"):
+        run_agent("scripted", prompt, tools=[toolbox])
+    assert model_calls(env) == [] and store.pending(conn) == []
+
+
 @pytest.mark.service_env(APPROVALS_TOOL_MODULES=PLUGIN_MODULES)
 def test_the_sqlite_plugin_toolbox_gated_with_gate_waits_only_for_the_chosen_method(
     services, slack, env, conn, tmp_path, monkeypatch
@@ -151,3 +165,69 @@ def test_a_third_party_function_gated_from_outside_is_found_again_by_its_own_pat
     wait_status(conn, outcome.pause_id, Status.COMPLETED)
     (ran,) = tool_runs(env, "archive_bucket")
     assert ran["arguments"] == {"bucket": "logs", "days": 90} and ran["pid"] != os.getpid()
+
+
+@pytest.mark.service_env(APPROVALS_TOOL_MODULES="tests.agents,llm.tools")
+def test_a_plugin_tool_from_llm_get_tools_gated_with_gate_runs_in_the_worker_once_approved(
+    services, slack, env, conn, monkeypatch
+):
+    """``gate(llm.get_tools()["llm_time"])``: the plugin's tool waits for the click; the
+    worker imports the original by its own dotted path, gates it again and runs it."""
+    monkeypatch.setenv("APPROVALS_TOOL_MODULES", "tests.agents,llm.tools")
+    clock = gate(llm.get_tools()["llm_time"], summary="Read the clock")
+    outcome = run_agent(
+        "scripted", script(calls(("llm_time", {})), say("{results}")), tools=[clock]
+    )
+    assert outcome.status == "paused"
+    approval = store.load(conn, outcome.pause_id)
+    assert approval.tool_name == "llm_time" and approval.summary == "Read the clock"
+    assert approval.tool.path == "llm.tools:llm_time" and approval.tool.gate is not None
+    assert [c["api"] for c in model_calls(env)] == ["sync"]
+
+    _approve(slack, services, outcome.pause_id)
+    wait_status(conn, outcome.pause_id, Status.COMPLETED)
+    resumed = model_calls(env)[-1]
+    assert resumed["pid"] != os.getpid()  # the worker ran the tool and the next turn
+    assert "utc_time" in dict(tool_results_seen(resumed))["llm_time"]
+
+
+EDIT_MODULES = "tests.agents,llm_tools_edit"
+
+
+@pytest.mark.service_env(APPROVALS_TOOL_MODULES=EDIT_MODULES)
+def test_the_edit_plugin_toolbox_gated_with_gate_waits_for_the_write_and_leaves_the_read_free(
+    services, slack, env, conn, tmp_path, monkeypatch
+):
+    """``gate(Filesystem(root), methods=[the writes])`` on llm-tools-edit's real toolbox: the
+    read runs at once, the write waits and changes nothing until approved; the worker builds
+    ``Filesystem(root)`` again from llm's record and the write happens there, once."""
+    monkeypatch.setenv("APPROVALS_TOOL_MODULES", EDIT_MODULES)
+    root = tmp_path / "site"
+    root.mkdir()
+    config = root / "config.toml"
+    config.write_text("debug = true\n")
+    filesystem = llm.get_tools()["Filesystem"](str(root))  # the plugin's class, as llm lists it
+    writes = ["str_replace", "create", "insert"]
+    files = gate(filesystem, methods=writes, summary="Edit {path}")
+    change = {"path": "config.toml", "old_str": "debug = true", "new_str": "debug = false"}
+    prompt = script(
+        calls(("Filesystem_view", {"path": "config.toml"}), ("Filesystem_str_replace", change)),
+        say("{results}"),
+    )
+    outcome = run_agent("scripted", prompt, tools=[files])
+    assert outcome.status == "paused"
+    approval = store.load(conn, outcome.pause_id)
+    assert approval.tool_name == "Filesystem_str_replace" and approval.summary == "Edit config.toml"
+    assert approval.tool.path == "llm_tools_edit._filesystem:Filesystem"
+    assert approval.tool.config == {"path": str(root), "max_lines": None, "max_chars": None}
+    assert [s.name for s in approval.siblings] == ["Filesystem_view"]  # the read ran, free
+    assert config.read_text() == "debug = true\n"  # nothing written before the click
+
+    _approve(slack, services, outcome.pause_id)
+    wait_status(conn, outcome.pause_id, Status.COMPLETED)
+    assert config.read_text() == "debug = false\n"
+    resumed = model_calls(env)[-1]
+    assert resumed["pid"] != os.getpid()
+    seen = dict(tool_results_seen(resumed))
+    assert seen["Filesystem_str_replace"] == "OK: replacement applied."
+    assert "debug = true" in seen["Filesystem_view"]  # what the read saw, before the write

@@ -302,3 +302,29 @@ def test_a_plugin_tool_from_llm_get_tools_is_found_by_its_function():
     renamed = llm.Tool.function(ping, name="ping_host")
     with pytest.raises(GateError, match="name is its function's name"):
         agent_tools([renamed])
+
+
+def test_a_toolbox_class_outside_the_allowed_modules_is_refused_before_any_import(tmp_path):
+    """The allow-list covers toolbox classes: a record naming one elsewhere is refused, and
+    its module is never imported."""
+    from tests.agents.toolboxes import Notes
+
+    ref = tool_refs([Notes(str(tmp_path))])[0]
+    forged = replace(ref, path="no_such_toolbox_pkg.boxes:Notes")
+    with pytest.raises(ResumeError, match="not in APPROVALS_TOOL_MODULES") as refused:
+        import_tools([forged], NOTES_ALLOWED)
+    assert "no_such_toolbox_pkg" in str(refused.value)
+    sqlite_ref = replace(ref, path="llm_tools_sqlite:SQLite", config={"path": str(tmp_path)})
+    with pytest.raises(ResumeError, match="not in APPROVALS_TOOL_MODULES"):
+        import_tools([sqlite_ref], NOTES_ALLOWED)
+
+
+def test_an_allowed_module_cannot_lead_to_a_toolbox_class_of_another_module(tmp_path):
+    """A path through an allowed module to a class defined elsewhere (llm's own Toolbox,
+    reached as an attribute) is refused: the class's own module must be allowed."""
+    from tests.agents.toolboxes import Notes
+
+    ref = tool_refs([Notes(str(tmp_path))])[0]
+    forged = replace(ref, path="tests.agents.toolboxes:Notes.__base__", config={})
+    with pytest.raises(ResumeError, match="not in APPROVALS_TOOL_MODULES"):
+        import_tools([forged], NOTES_ALLOWED)

@@ -150,10 +150,10 @@ def _warm(settings: Settings) -> None:
 def _start_background(settings: Settings) -> None:
     """Every worker, in the background: sweep due deadlines into jobs, several times a second,
     and, every maintenance interval, look for resumes whose worker died, decisions whose
-    resume was never queued and ended runs whose ``on_finish`` was never queued; turn the
-    outbox of state changes into webhook jobs; and, every second, remove from Redis what
-    finished long enough ago (``approvals.retention``). Each is atomic in Redis or idempotent,
-    so workers never act twice on one of them."""
+    resume was never queued and ended runs whose outcome was never stored or whose
+    ``on_finish`` was never queued; turn the outbox of state changes into webhook jobs; and,
+    every second, remove from Redis what finished long enough ago (``approvals.retention``).
+    Each is atomic in Redis or idempotent, so workers never act twice on one of them."""
     _every("approvals-deadlines", deadlines.SWEEP_INTERVAL, settings, deadlines.sweep)
     _every("approvals-recovery", settings.maintenance_interval, settings, recover_dead_runs)
     _every("approvals-stranded", settings.maintenance_interval, settings, requeue_stranded)

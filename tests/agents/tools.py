@@ -3,6 +3,7 @@ so a test can tell exactly what ran, with which arguments, how often, and in whi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -131,3 +132,30 @@ def archive_bucket(bucket: str) -> str:
     """Archive a bucket (its approval waits indefinitely: it never expires)."""
     _record("archive_bucket", bucket=bucket)
     return f"archived {bucket}"
+
+
+@requires_approval(summary="Refund {amount}")
+async def refund_card(amount: int) -> str:
+    """Refund a card (a coroutine tool). While the file named by HOLD_FILE exists the call
+    waits, so a test can kill the worker in the middle of it."""
+    _record("refund_card", amount=amount, key=idempotency_key())
+    hold = os.environ.get("HOLD_FILE")
+    while hold and os.path.exists(hold):
+        await asyncio.sleep(0.02)
+    _record("refund_card_done", amount=amount, key=idempotency_key())
+    return f"refunded {amount}"
+
+
+@requires_approval(expires_in=4)
+async def renew_cert(domain: str) -> str:
+    """Renew a certificate (a coroutine tool whose approval expires quickly; the agent is
+    told and goes on)."""
+    _record("renew_cert", domain=domain)
+    return f"renewed {domain}"
+
+
+@requires_approval(expires_in=4, on_reject="stop")
+async def drop_index(name: str) -> str:
+    """Drop an index (a coroutine tool: rejection or expiry stops the run)."""
+    _record("drop_index", name=name)
+    return f"dropped {name}"
