@@ -40,6 +40,9 @@ ESCALATE_DEADLINE = "escalate"
 RESULT_TTL = 3600
 #: Slack may be briefly unreachable or throttling: retry posting with growing pauses.
 _SLACK_RETRY = Retry(max=6, interval=[1, 2, 5, 10, 30, 60])
+#: A resume whose attempt died or raised (its work-horse killed, Redis away): RQ runs it again,
+#: and only what that attempt left undone happens (``worker.jobs.resume_approval``).
+_RESUME_RETRY = Retry(max=3, interval=[1, 10, 60])
 #: A continuation's own failure (its service briefly down): retried with growing pauses.
 _FINISH_RETRY = Retry(max=8, interval=[1, 5, 15, 60, 300, 900, 1800, 3600])
 
@@ -85,6 +88,7 @@ def enqueue_resume(
         job_id=f"resume-{approval_id}{suffix}",
         job_timeout=settings.job_timeout,
         result_ttl=RESULT_TTL,
+        retry=_RESUME_RETRY,
         pipeline=pipeline,
     )
 

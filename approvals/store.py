@@ -1229,6 +1229,12 @@ def claim(conn: redis.Redis, approval_id: str, flag: str) -> bool:
     return bool(conn.hsetnx(approval_key(approval_id), flag, repr(time.time())))
 
 
+def flags(conn: redis.Redis, approval_id: str, *names: str) -> list[bool]:
+    """Whether each of these ``claim`` flags is set on the approval."""
+    values = cast(list[bytes | None], conn.hmget(approval_key(approval_id), list(names)))
+    return [value is not None for value in values]
+
+
 def release(conn: redis.Redis, approval_id: str, flag: str) -> None:
     """Clear a flag set by ``claim`` (its work failed and will be retried)."""
     conn.hdel(approval_key(approval_id), flag)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from approvals.models import Decision, DecisionKind, Status, decision_to_dict
 from approvals.recovery import STRANDED_AFTER
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
+from tests.conftest import CHANNEL
 from tests.e2e import (
     action_blocks,
     at_once,
@@ -88,6 +91,45 @@ def click_retry(slack, bot_url, approval_id, card_ts):
         response_url=slack.new_response_url(),
     )
     return send_interaction(bot_url, SIGNING_SECRET, payload)
+
+
+def test_a_work_horse_killed_after_the_run_ended_still_shows_the_result_once(
+    services, slack, env, conn
+):
+    """The run's end is recorded, then the work-horse dies while Slack is slow to take the
+    card's redraw: RQ runs the resume job again, which runs nothing again and shows the
+    result, once, on the card and in its thread."""
+    pause_id = _pause("charge_card", {"amount": 42})
+    card = card_of(slack, pause_id)
+    hold = Path(env["HOLD_FILE"])
+    hold.touch()
+    click(slack, services.bot_url, "approve", pause_id, card_ts=card.ts)
+    (started,) = wait_until(lambda: tool_runs(env, "charge_card"), 20, "the tool to start")
+    card_showing(slack, card.ts, "Running")  # the redraws before the result are done
+    redraws = len(_card_updates(slack, card.ts))
+    slack.delay_next("chat.update", 5)  # the result's redraw: the horse dies waiting on it
+    hold.unlink()
+    wait_status(conn, pause_id, Status.COMPLETED)
+
+    os.kill(started["pid"], signal.SIGKILL)  # the work-horse only: its worker lives on
+
+    reply = reply_containing(slack, card.ts, "charged 42")
+    card_showing(slack, card.ts, "Completed")
+    # The dead horse's redraw, held by the slow Slack, lands too, beside the new attempt's.
+    wait_until(lambda: len(_card_updates(slack, card.ts)) == redraws + 2, 20, "both redraws")
+    results = [m for m in slack.thread(CHANNEL, card.ts) if "charged 42" in block_text(m)]
+    assert [m.ts for m in results] == [reply.ts]
+    assert "Completed" in block_text(slack.message(CHANNEL, card.ts))
+    assert len(tool_runs(env, "charge_card")) == 1
+    assert len(tool_runs(env, "charge_card_done")) == 1
+
+
+def _card_updates(slack, card_ts: str) -> list[dict]:
+    return [
+        c
+        for c in slack.calls("chat.update")
+        if c["args"].get("ts") == card_ts and c["status"] == 200
+    ]
 
 
 def test_the_cli_and_slack_deciding_at_once_have_one_winner(services, slack, env, conn):

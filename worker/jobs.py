@@ -52,6 +52,8 @@ NOTICE_WAIT = 15.0
 
 #: The flag (``store.claim``) that lets one attempt publish a run's result.
 PUBLISHED = "result_published"
+#: The flag set once the result is on the card and in its thread.
+SHOWN = "result_shown"
 
 #: Longer than a card post can take with slack_sdk's own retries (Retry-After included).
 CARD_LOCK_SECONDS = 90
@@ -242,6 +244,10 @@ def resume_approval(approval_id: str) -> str:
         lease=LEASE_SECONDS,
     ).ok
     if not taken:
+        if _left_unshown(conn, approval_id):
+            log.warning("approval %s: its run ended unshown; showing the result", approval_id)
+            _publish_now(store.load(conn, approval_id), claimed=True)
+            return "shown"
         log.warning("approval %s is not waiting to resume; not running it again", approval_id)
         return "skipped"
     with _lease_kept(conn, approval_id):
@@ -313,6 +319,19 @@ def _note_expired_receipt(conn: redis.Redis, approval: Approval) -> None:
     if late > 0:
         log.warning("approval %s: its receipt expired %.0f s before the run", approval.id, late)
         store.audit(conn, approval.id, "receipt_expired", "worker", seconds_late=f"{late:.0f}")
+
+
+def _left_unshown(conn: redis.Redis, approval_id: str) -> bool:
+    """Whether an earlier attempt of this job recorded how the run ended, which gave it the
+    right to publish the result, then died or raised before the result was shown.
+
+    RQ runs a job again only once the attempt before it is over (it raised, or its worker or
+    work-horse died), so nothing else is showing this result now.
+    """
+    published, shown = store.flags(conn, approval_id, PUBLISHED, SHOWN)
+    if not published or shown:
+        return False
+    return store.load(conn, approval_id).status in (Status.COMPLETED, Status.FAILED, Status.PAUSED)
 
 
 def _record_turn_end(
@@ -493,6 +512,7 @@ def _publish(approval: Approval, claimed: bool = False) -> None:
     except Exception:
         store.release(conn, approval.id, PUBLISHED)  # let RQ's retry try again
         raise
+    store.claim(conn, approval.id, SHOWN)
 
 
 def call_on_finish(run_id: str) -> str:
