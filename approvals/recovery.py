@@ -69,11 +69,12 @@ def store_missing_outcomes(conn: redis.Redis, settings: Settings) -> list[str]:
     until = now - STRANDED_AFTER
     if until <= since:
         return []
+    finished = store.finished_between(conn, since, until)
+    # One round trip for every run of the window, however many approvals finished in it.
+    missing = store.runs_without_outcome(conn, {a.run_id for a in finished if a.run_id is not None})
     stored = []
-    for approval in store.finished_between(conn, since, until):
-        if approval.run_id is None or approval.run_id in stored:
-            continue
-        if store.load_outcome(conn, approval.run_id)[0] is not None:
+    for approval in finished:
+        if approval.run_id not in missing or approval.run_id in stored:
             continue
         # Not every finished approval ends its run (a resume that paused again, a decision
         # of a rule): finish_run stores nothing for a run its records do not show ended.

@@ -53,7 +53,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -872,6 +872,15 @@ def set_outcome_flag(conn: redis.Redis, run_id: str) -> None:
     pipe.hset(outcome_key(run_id), "on_finish_called", repr(time.time()))
     pipe.zrem(FINISHING_KEY, run_id)
     pipe.execute()
+
+
+def runs_without_outcome(conn: redis.Redis, run_ids: Collection[str]) -> set[str]:
+    """Those of these runs that have no outcome stored (not ended, or expired)."""
+    ordered = list(run_ids)
+    pipe = conn.pipeline(transaction=False)
+    for run_id in ordered:
+        pipe.hexists(outcome_key(run_id), "outcome")
+    return {run_id for run_id, held in zip(ordered, pipe.execute(), strict=True) if not held}
 
 
 def load_outcome(conn: redis.Redis, run_id: str) -> tuple[Any, str | None]:
