@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -76,10 +77,14 @@ def _client() -> WebClient:
 
 
 def warm() -> None:
-    """Build the settings, Redis client and Slack client now (the worker calls this once)."""
+    """Build the settings, Redis client and Slack client now (the worker calls this once,
+    before it forks: every work-horse inherits them)."""
     _settings()
     _conn()
     _client()
+    # The opener urllib would build on its first request (slack_sdk's calls go through it),
+    # built here so that a work-horse does not build one of its own for every job.
+    urllib.request.install_opener(urllib.request.build_opener())
 
 
 class CardBeingPosted(Exception):
