@@ -32,6 +32,7 @@ from tests.e2e import (
     wait_status,
 )
 from tests.processes import wait_until
+from tests.slack_standin import Message
 
 
 def _pause(tool: str, arguments: dict) -> str:
@@ -41,16 +42,23 @@ def _pause(tool: str, arguments: dict) -> str:
     return outcome.pause_id
 
 
-def test_a_worker_killed_inside_the_gated_tool_never_runs_it_twice(
-    services, slack, env, conn, tmp_path
-):
-    """SIGKILL mid-tool: the tool is not rerun, the card says interrupted, Retry runs it."""
+def _approve_held_charge(services, slack, env) -> tuple[str, Message, Path, dict]:
+    """A charge approved in Slack whose tool has started and waits while ``hold`` exists:
+    (approval id, card, hold file, the tool's start with the work-horse's pid)."""
     pause_id = _pause("charge_card", {"amount": 42})
     card = card_of(slack, pause_id)
     hold = Path(env["HOLD_FILE"])
     hold.touch()
     click(slack, services.bot_url, "approve", pause_id, card_ts=card.ts)
     (started,) = wait_until(lambda: tool_runs(env, "charge_card"), 20, "the tool to start")
+    return pause_id, card, hold, started
+
+
+def test_a_worker_killed_inside_the_gated_tool_never_runs_it_twice(
+    services, slack, env, conn, tmp_path
+):
+    """SIGKILL mid-tool: the tool is not rerun, the card says interrupted, Retry runs it."""
+    pause_id, card, hold, started = _approve_held_charge(services, slack, env)
 
     kill_worker(services, started["pid"])  # inside the tool
     hold.unlink()
@@ -99,12 +107,7 @@ def test_a_work_horse_killed_after_the_run_ended_still_shows_the_result_once(
     """The run's end is recorded, then the work-horse dies while Slack is slow to take the
     card's redraw: RQ runs the resume job again, which runs nothing again and shows the
     result, once, on the card and in its thread."""
-    pause_id = _pause("charge_card", {"amount": 42})
-    card = card_of(slack, pause_id)
-    hold = Path(env["HOLD_FILE"])
-    hold.touch()
-    click(slack, services.bot_url, "approve", pause_id, card_ts=card.ts)
-    (started,) = wait_until(lambda: tool_runs(env, "charge_card"), 20, "the tool to start")
+    pause_id, card, hold, started = _approve_held_charge(services, slack, env)
     card_showing(slack, card.ts, "Running")  # the redraws before the result are done
     redraws = len(_card_updates(slack, card.ts))
     slack.delay_next("chat.update", 5)  # the result's redraw: the horse dies waiting on it
