@@ -41,6 +41,11 @@ PUBLISH = script(
 )
 
 
+def _approve(services, slack, approval_id: str) -> None:
+    """Approve on the approval's card in Slack."""
+    click(slack, services.bot_url, "approve", approval_id, card_ts=card_of(slack, approval_id).ts)
+
+
 def _pause(prompt: str = PUBLISH, tools=TOOLS, **kw):
     outcome = asyncio.run(run_agent_async("scripted", prompt, tools=tools, **kw))
     assert outcome.status == "paused" and outcome.pause_id
@@ -118,18 +123,12 @@ def test_a_sync_gated_tool_in_an_async_chain_pauses_and_resumes_too(services, sl
     )
     first = _pause(prompt)
     assert store.load(conn, first.pause_id).tool_name == "delete_path"
-    click(
-        slack,
-        services.bot_url,
-        "approve",
-        first.pause_id,
-        card_ts=card_of(slack, first.pause_id).ts,
-    )
+    _approve(services, slack, first.pause_id)
     # The resumed async run pauses again, on the coroutine tool, in the same run.
     second_id = wait_status(conn, first.pause_id, Status.PAUSED).result.next_approval_id
     second = store.load(conn, second_id)
     assert second.asynchronous and second.run_id == first.run_id
-    click(slack, services.bot_url, "approve", second_id, card_ts=card_of(slack, second_id).ts)
+    _approve(services, slack, second_id)
     wait_status(conn, second_id, Status.COMPLETED)
     assert [r["tool"] for r in tool_runs(env)] == [
         "list_files",
@@ -295,16 +294,10 @@ def test_wait_follows_an_async_run_through_two_pauses_and_on_finish_is_called_on
     found: list = []
     waiter = threading.Thread(target=lambda: found.append(wait(first.pause_id, timeout=60)))
     waiter.start()
-    click(
-        slack,
-        services.bot_url,
-        "approve",
-        first.pause_id,
-        card_ts=card_of(slack, first.pause_id).ts,
-    )
+    _approve(services, slack, first.pause_id)
     second = wait_status(conn, first.pause_id, Status.PAUSED).result.next_approval_id
     assert waiter.is_alive()  # paused again: not the end
-    click(slack, services.bot_url, "approve", second, card_ts=card_of(slack, second).ts)
+    _approve(services, slack, second)
     waiter.join(60)
     (outcome,) = found
     assert outcome.status == "completed" and outcome.run_id == first.run_id

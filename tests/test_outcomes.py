@@ -120,26 +120,28 @@ def test_a_timeout_returns_the_current_state_fast(env, conn):
     assert outcome.run_id == paused.run_id and outcome.calls[0].decision is None
 
 
+def _last_line(code: str) -> str:
+    """Run ``code`` in a new Python process, which then exits; the last line it printed."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
 def test_wait_from_a_fresh_process_after_the_pausing_one_exited(services, slack, env, conn):
     """The agent process exits at the pause; another process started later gets the outcome."""
     code = (
         "from approvals import run_agent; from tests.agents.tools import delete_path;"
         f"print(run_agent('scripted', {DELETE!r}, tools=[delete_path]).pause_id)"
     )
-    pausing = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    pause_id = pausing.stdout.strip().splitlines()[-1]
+    pause_id = _last_line(code)
     _approve(slack, services, pause_id)
     wait_status(conn, pause_id, Status.COMPLETED)
     code = (
         "import json; from approvals import wait;"
         f"print(json.dumps(wait({pause_id!r}, timeout=30).to_dict()))"
     )
-    later = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    outcome = json.loads(later.stdout.strip().splitlines()[-1])
+    outcome = json.loads(_last_line(code))
     assert outcome["status"] == "completed" and "deleted build" in outcome["text"]
 
 
@@ -152,10 +154,7 @@ def test_a_process_started_after_the_agent_exited_waits_through_both_pauses(
         "from approvals import run_agent; from tests.agents.tools import delete_path, send_email;"
         f"print(run_agent('scripted', {TWO_PAUSES!r}, tools=[delete_path, send_email]).pause_id)"
     )
-    pausing = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    pause_id = pausing.stdout.strip().splitlines()[-1]
+    pause_id = _last_line(code)
     code = (
         "import json; from approvals import wait;"
         f"print(json.dumps(wait({pause_id!r}, timeout=60).to_dict()))"
