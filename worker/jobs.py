@@ -408,7 +408,9 @@ def _run(
 ) -> tuple[RunResult, dict[str, tuple[dict[str, Any] | None, str | None]]]:
     try:
         saved = store.parse_history(approval.id, history)  # a broken one fails the run
-        with receipts.holding(approval.receipt):  # what approvals.receipt() gives the tool
+        # Each released call is handed its own receipt as it starts (agent's before_call);
+        # whatever else the resume runs, before or after, gets none.
+        with receipts.holding(None):
             resumed = agent.resume(conn, settings, approval, on_tool_start, saved)
     except ToolAlreadyStarted as exc:  # another attempt started the tool: never twice
         return RunResult(Status.INTERRUPTED, error=str(exc)), {}
