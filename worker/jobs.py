@@ -167,9 +167,8 @@ def remind_approvers(approval_id: str) -> None:
     following = reminders.next_reminder_at(approval, round_)
     if following is not None:  # first, so a failed post does not end the reminders
         store.add_deadline(conn, queue.REMIND_DEADLINE, approval_id, following)
-    pending = store.turn_pending(conn, approval.turn) if approval.in_turn else [approval_id]
-    if not reminders.acts_for_card(approval, pending):
-        return  # an earlier call of the turn still waits: its reminder speaks for the card
+    if not _acts_for_card(conn, approval):
+        return
     # Claimed on the card's approval (the turn's lead), so each round is sent once per card.
     if not store.claim(conn, approval.turn_lead, f"reminded_{round_}"):
         return
@@ -181,6 +180,13 @@ def remind_approvers(approval_id: str) -> None:
     store.audit(conn, approval_id, "reminded", "system", round=round_, people=people)
 
 
+def _acts_for_card(conn: redis.Redis, approval: Approval) -> bool:
+    """Whether this approval's reminder or escalation speaks for its card: a turn's card is
+    spoken for by its first call still waiting, not once per call."""
+    pending = store.turn_pending(conn, approval.turn) if approval.in_turn else [approval.id]
+    return reminders.acts_for_card(approval, pending)
+
+
 @_about_approval
 def escalate_approval(approval_id: str) -> None:
     """Post a request nobody decided to ``escalate_to``, once; its groups may then decide."""
@@ -188,9 +194,8 @@ def escalate_approval(approval_id: str) -> None:
     approval = store.load(conn, approval_id)
     if approval.status is not Status.PENDING or not approval.escalate_to:
         return
-    pending = store.turn_pending(conn, approval.turn) if approval.in_turn else [approval_id]
-    if not reminders.acts_for_card(approval, pending):
-        return  # an earlier call of the turn still waits: its escalation speaks for the card
+    if not _acts_for_card(conn, approval):
+        return
     # The whole card is escalated: every call of a turn, claimed on the card's approval.
     whole = list(approval.turn) if approval.in_turn else [approval_id]
     if not store.claim(conn, approval.turn_lead, "escalated"):
@@ -249,9 +254,10 @@ def resume_approval(approval_id: str) -> str:
         lease=LEASE_SECONDS,
     ).ok
     if not taken:
-        if _left_unshown(conn, approval_id):
+        unshown = _left_unshown(conn, approval_id)
+        if unshown is not None:
             log.warning("approval %s: its run ended unshown; showing the result", approval_id)
-            _publish_now(store.load(conn, approval_id), claimed=True)
+            _publish_now(unshown, claimed=True)
             return "shown"
         log.warning("approval %s is not waiting to resume; not running it again", approval_id)
         return "skipped"
@@ -326,17 +332,19 @@ def _note_expired_receipt(conn: redis.Redis, approval: Approval) -> None:
         store.audit(conn, approval.id, "receipt_expired", "worker", seconds_late=f"{late:.0f}")
 
 
-def _left_unshown(conn: redis.Redis, approval_id: str) -> bool:
-    """Whether an earlier attempt of this job recorded how the run ended, which gave it the
-    right to publish the result, then died or raised before the result was shown.
+def _left_unshown(conn: redis.Redis, approval_id: str) -> Approval | None:
+    """The approval, if an earlier attempt of this job recorded how the run ended, which gave
+    it the right to publish the result, then died or raised before the result was shown.
 
     RQ runs a job again only once the attempt before it is over (it raised, or its worker or
     work-horse died), so nothing else is showing this result now.
     """
     published, shown = store.flags(conn, approval_id, PUBLISHED, SHOWN)
     if not published or shown:
-        return False
-    return store.load(conn, approval_id).status in (Status.COMPLETED, Status.FAILED, Status.PAUSED)
+        return None
+    approval = store.load(conn, approval_id)
+    ended = approval.status in (Status.COMPLETED, Status.FAILED, Status.PAUSED)
+    return approval if ended else None
 
 
 def _record_turn_end(
