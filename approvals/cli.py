@@ -295,7 +295,7 @@ def archive_group() -> None:
 def archive_upgrade(settings: Settings) -> None:
     """Create the archive's tables, or migrate them to this version's schema."""
     from approvals import archive
-    from approvals.doctor import safe_url
+    from approvals.config import safe_url
 
     if not settings.archive_url:
         raise click.ClickException("APPROVALS_ARCHIVE_URL is not set: there is no archive")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 from approvals.errors import ConfigError
 from approvals.secrets import DEFAULT_SECRET_NAMES
@@ -261,3 +262,21 @@ _WHY = {
         "anyone who can write to Redis could otherwise name any function"
     ),
 }
+
+
+def safe_url(url: str, *, hide_query: bool = False) -> str:
+    """``url`` fit to print in logs, errors and ``approvals doctor``: its password replaced
+    by ``***``, and with ``hide_query`` its query string too (where webhook receivers often
+    take their own token)."""
+    parts = urlsplit(url)
+    query = hide_query and bool(parts.query)
+    if parts.password is None and not query:
+        return url
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        netloc = f"{parts.username or ''}:***@{host}{port}"
+    if query:
+        return urlunsplit(parts._replace(netloc=netloc, query="", fragment="")) + "?..."
+    return urlunsplit(parts._replace(netloc=netloc))

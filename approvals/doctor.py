@@ -34,7 +34,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from rq import Worker
@@ -44,7 +43,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web import SlackResponse
 
 from approvals import deadlines, plugins, queue, retention, slack, store
-from approvals.config import Settings
+from approvals.config import Settings, safe_url
 from approvals.errors import ConfigError, ResumeError
 
 MIN_REDIS_VERSION = (5, 0, 0)
@@ -336,7 +335,7 @@ def check_webhooks(conn: redis.Redis, settings: Settings) -> Check:
         return Check("webhooks", Level.OK, "no webhook receivers configured")
     failing = webhooks.failing_receivers(conn, webhooks.FAILING_REPORTED_AFTER)
     if failing:
-        urls = ", ".join(webhooks.shown_url(url) for url in sorted(failing))
+        urls = ", ".join(safe_url(url, hide_query=True) for url in sorted(failing))
         return Check("webhooks", Level.WARN, f"failing for more than a day: {urls}")
     return Check("webhooks", Level.OK, f"{len(settings.webhook_urls)} receiver(s) answering")
 
@@ -540,17 +539,6 @@ def _channel_state(channel: str, info: dict[str, Any]) -> Check:
 
 
 # ---------------------------------------------------------------------------------- output
-
-
-def safe_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, fit to print."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
 
 
 def worst(checks: list[Check]) -> Level:

@@ -18,7 +18,6 @@ import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 from typing import Any, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from rq import Retry
@@ -26,7 +25,7 @@ from rq.job import Job
 from standardwebhooks.webhooks import Webhook
 
 from approvals import queue, store
-from approvals.config import Settings
+from approvals.config import Settings, safe_url
 from approvals.errors import ApprovalsError
 from approvals.models import Approval
 
@@ -206,7 +205,9 @@ def deliver(conn: redis.Redis, settings: Settings, message_id: str, url: str) ->
         settings, _approval(conn, approval_id)
     ):
         log.warning(
-            "webhook %s: %s is not a configured receiver; not sent", message_id, shown_url(url)
+            "webhook %s: %s is not a configured receiver; not sent",
+            message_id,
+            safe_url(url, hide_query=True),
         )
         return "not configured"
     now = datetime.now(UTC)
@@ -224,23 +225,12 @@ def deliver(conn: redis.Redis, settings: Settings, message_id: str, url: str) ->
         status = refused.code
     except OSError as exc:
         store.webhook_failed(conn, url)
-        raise DeliveryFailed(f"{shown_url(url)}: {exc}") from None
+        raise DeliveryFailed(f"{safe_url(url, hide_query=True)}: {exc}") from None
     if not 200 <= status < 300:
         store.webhook_failed(conn, url)
-        raise DeliveryFailed(f"{shown_url(url)} answered {status}")
+        raise DeliveryFailed(f"{safe_url(url, hide_query=True)} answered {status}")
     store.webhook_answered(conn, url)
     return f"delivered ({status})"
-
-
-def shown_url(url: str) -> str:
-    """A receiver's URL fit for logs, errors and ``approvals doctor``: no password, and no
-    query string, where receivers often take their own token."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    user = f"{parts.username}:***@" if parts.password is not None else ""
-    query = "?..." if parts.query else ""
-    return urlunsplit(parts._replace(netloc=f"{user}{host}{port}", query="", fragment="")) + query
 
 
 def failing_receivers(conn: redis.Redis, longer_than: float) -> dict[str, float]:

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from approvals import deadlines, doctor, queue, retention, store
 from approvals.cli import cli
-from approvals.config import Settings
+from approvals.config import Settings, safe_url
 from approvals.doctor import Level
 from tests.conftest import BOT_TOKEN
 from tests.processes import (
@@ -408,9 +408,9 @@ def test_a_healthy_installation_exits_0(env, aof_redis, tmp_path):
 
 def test_safe_url_hides_only_the_password():
     """Passwords never reach the output; the rest of the URL does."""
-    assert doctor.safe_url("rediss://u:p@h:6380/2") == "rediss://u:***@h:6380/2"
-    assert doctor.safe_url("redis://:p@h/0") == "redis://:***@h/0"
-    assert doctor.safe_url("redis://h:6379/0") == "redis://h:6379/0"
+    assert safe_url("rediss://u:p@h:6380/2") == "rediss://u:***@h:6380/2"
+    assert safe_url("redis://:p@h/0") == "redis://:***@h/0"
+    assert safe_url("redis://h:6379/0") == "redis://h:6379/0"
 
 
 def test_exit_code_follows_the_worst_level():
