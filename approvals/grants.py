@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
@@ -212,6 +212,18 @@ def _record(grant: Grant) -> dict[str, Any]:
 def take(conn: redis.Redis, call: Call, now: float | None = None) -> Grant | None:
     """The first live grant that covers ``call``, with one use taken atomically (or None)."""
     now = time.time() if now is None else now
+    return next((g for g in _live_for(conn, call, now) if store.use_grant(conn, g.id, now)), None)
+
+
+def covering(conn: redis.Redis, call: Call, now: float | None = None) -> Grant | None:
+    """The first live grant that covers ``call``, taking nothing: whether ``take`` would let
+    it through now (a pause looks ahead at the later calls of its turn with it)."""
+    return next(_live_for(conn, call, time.time() if now is None else now), None)
+
+
+def _live_for(conn: redis.Redis, call: Call, now: float) -> Iterator[Grant]:
+    """The live grants of ``call``'s tool that cover it, in the stored order; the ids of
+    grants that are gone are forgotten on the way."""
     ids = store.grant_ids(conn, call.tool)
     found = store.load_grants(conn, ids)
     gone = set(ids) - {grant_id for grant_id, _ in found}
@@ -221,23 +233,8 @@ def take(conn: redis.Redis, call: Call, now: float | None = None) -> Grant | Non
             grant = _from_hash(grant_id, raw)
         except CorruptRecord:
             continue  # Redis is a trust boundary: a damaged grant lets nothing through
-        if grant.live(now) and grant.matches(call) and store.use_grant(conn, grant.id, now):
-            return grant
-    return None
-
-
-def covering(conn: redis.Redis, call: Call, now: float | None = None) -> Grant | None:
-    """The first live grant that covers ``call``, taking nothing: whether ``take`` would let
-    it through now (a pause looks ahead at the later calls of its turn with it)."""
-    now = time.time() if now is None else now
-    for grant_id, raw in store.load_grants(conn, store.grant_ids(conn, call.tool)):
-        try:
-            grant = _from_hash(grant_id, raw)
-        except CorruptRecord:
-            continue
         if grant.live(now) and grant.matches(call):
-            return grant
-    return None
+            yield grant
 
 
 def list_grants(conn: redis.Redis) -> list[Grant]:
