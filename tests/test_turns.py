@@ -67,6 +67,13 @@ def _click_turn(slack: Any, bot_url: str, action: str, lead: str, card_ts: str) 
     return send_interaction(bot_url, SIGNING_SECRET, payload)[0]
 
 
+def _approve_all_and_finish(services: Any, slack: Any, conn: Any, lead: str) -> None:
+    """Approve all on the turn's card (answered 200), then wait for the run to complete."""
+    card = card_of(slack, lead)
+    assert _click_turn(slack, services.bot_url, APPROVE_ALL_ACTION, lead, card.ts) == 200
+    wait_status(conn, lead, Status.COMPLETED)
+
+
 def test_three_gated_calls_decided_on_one_card_in_mixed_ways(services, slack, env, conn):
     """Approve one, reject one, edit one on the one card: one resume, each tool at most once
     with the right arguments, the model told each result or cancellation in one more call,
@@ -129,15 +136,14 @@ def test_approve_all_decides_every_waiting_call_and_resumes_once(services, slack
     """Approve all: each call approved on its own, the run resumes once, every tool runs
     once; a second click on it changes nothing."""
     lead, turn = _pause(conn)
-    card = card_of(slack, lead)
-    assert _click_turn(slack, services.bot_url, APPROVE_ALL_ACTION, lead, card.ts) == 200
-    wait_status(conn, lead, Status.COMPLETED)
+    _approve_all_and_finish(services, slack, conn, lead)
     assert [r["arguments"]["path"] for r in tool_runs(env, "delete_path")] == ["a", "b"]
     assert len(tool_runs(env, "send_email")) == 1
     assert len(model_calls(env)) == 2
     assert [store.load(conn, i).decision.actor for i in turn] == ["UALICE"] * 3
     before = settled(lambda: (len(slack.calls()), _resumes(conn, lead)))
     assert before[1] == 1
+    card = card_of(slack, lead)
     assert _click_turn(slack, services.bot_url, APPROVE_ALL_ACTION, lead, card.ts) == 200
     wait_until(
         lambda: [r for r in slack.responses() if "Nothing of this turn waits" in str(r)],
@@ -206,9 +212,7 @@ def test_an_ungated_call_between_gated_ones_runs_once_on_resume(services, slack,
     )
     lead, turn = _pause(conn, prompt)
     assert len(turn) == 2
-    card = card_of(slack, lead)
-    assert _click_turn(slack, services.bot_url, APPROVE_ALL_ACTION, lead, card.ts) == 200
-    wait_status(conn, lead, Status.COMPLETED)
+    _approve_all_and_finish(services, slack, conn, lead)
     assert [r["tool"] for r in tool_runs(env)] == ["delete_path", "list_files", "delete_path"]
 
 
@@ -343,9 +347,7 @@ def test_a_call_a_rule_settles_is_left_off_the_card_and_decided_on_resume(
     )
     lead, turn = _pause(conn, prompt)
     assert [store.load(conn, i).arguments["path"] for i in turn] == ["/srv/a", "/srv/b"]
-    card = card_of(slack, lead)
-    assert _click_turn(slack, services.bot_url, APPROVE_ALL_ACTION, lead, card.ts) == 200
-    wait_status(conn, lead, Status.COMPLETED)
+    _approve_all_and_finish(services, slack, conn, lead)
     paths = [r["arguments"]["path"] for r in tool_runs(env, "delete_path")]
     assert paths == ["/srv/a", "/tmp/a", "/srv/b"]
     (auto,) = [a for a in store.recent_decisions(conn, 50) if a.rule_id == "tmp-is-fine"]
