@@ -113,6 +113,8 @@ def test_a_work_horse_killed_after_the_run_ended_still_shows_the_result_once(
     slack.delay_next("chat.update", 5)  # the result's redraw: the horse dies waiting on it
     hold.unlink()
     wait_status(conn, pause_id, Status.COMPLETED)
+    # The end is recorded before the redraw is sent: kill only once Slack holds the redraw.
+    wait_until(lambda: slack.delays_left("chat.update") == 0, 20, "the result's redraw")
 
     os.kill(started["pid"], signal.SIGKILL)  # the work-horse only: its worker lives on
 

@@ -372,6 +372,7 @@ def test_a_delayed_call_is_answered_late_and_others_meanwhile(
     """``delay_next`` slows one call down; calls to other methods are not held up by it."""
     ts = client.chat_postMessage(channel="C1", text="x")["ts"]
     standin.delay_next("chat.update", 0.5)
+    assert standin.delays_left("chat.update") == 1
     finished: list[float] = []
     slow = threading.Thread(
         target=lambda: (
@@ -384,6 +385,7 @@ def test_a_delayed_call_is_answered_late_and_others_meanwhile(
     client.chat_postMessage(channel="C1", text="meanwhile")
     answered_meanwhile = time.monotonic()
     slow.join(10)
+    assert standin.delays_left("chat.update") == 0  # the slow call took its delay
     assert finished and finished[0] - started >= 0.5
     assert answered_meanwhile < finished[0]
     client.chat_update(channel="C1", ts=ts, text="z")  # only the next call was delayed

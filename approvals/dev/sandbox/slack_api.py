@@ -413,6 +413,12 @@ class SlackStandIn:
         with self._lock:
             self._delays.setdefault(method, []).extend([seconds] * count)
 
+    def delays_left(self, method: str) -> int:
+        """How many of the delays asked for ``method`` no call has reached yet: a test waits
+        for zero to know the slow call is in flight."""
+        with self._lock:
+            return len(self._delays.get(method, []))
+
     # ------------------------------------------------------------------ HTTP entry points
 
     def _reply_to(self, verb: str, path: str, headers: Any, body: bytes) -> Reply:
