@@ -90,6 +90,15 @@ def click(
     return send_interaction(bot_url, SIGNING_SECRET, payload)
 
 
+def approve_on_card(
+    slack: SlackStandIn, bot_url: str, approval_id: str, user: str = "UALICE"
+) -> None:
+    """Click Approve on the approval's card as ``user``; the bot answers 200."""
+    card = card_of(slack, approval_id)
+    status, _ = click(slack, bot_url, "approve", approval_id, user, card_ts=card.ts)
+    assert status == 200
+
+
 def choose_scope(
     bot_url: str, approval_id: str, scope: Scope, card_ts: str, user: str = "UALICE"
 ) -> int:

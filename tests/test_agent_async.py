@@ -24,6 +24,7 @@ from tests.agents.tools import (
 )
 from tests.conftest import wait_until
 from tests.e2e import (
+    approve_on_card,
     card_of,
     click,
     model_calls,
@@ -39,11 +40,6 @@ PUBLISH = script(
     calls(("fetch_page", {"url": "https://example.com/draft"}), ("publish_post", {"slug": "q4"})),
     say("Done: {results}"),
 )
-
-
-def _approve(services, slack, approval_id: str) -> None:
-    """Approve on the approval's card in Slack."""
-    click(slack, services.bot_url, "approve", approval_id, card_ts=card_of(slack, approval_id).ts)
 
 
 def _pause(prompt: str = PUBLISH, tools=TOOLS, **kw):
@@ -123,12 +119,12 @@ def test_a_sync_gated_tool_in_an_async_chain_pauses_and_resumes_too(services, sl
     )
     first = _pause(prompt)
     assert store.load(conn, first.pause_id).tool_name == "delete_path"
-    _approve(services, slack, first.pause_id)
+    approve_on_card(slack, services.bot_url, first.pause_id)
     # The resumed async run pauses again, on the coroutine tool, in the same run.
     second_id = wait_status(conn, first.pause_id, Status.PAUSED).result.next_approval_id
     second = store.load(conn, second_id)
     assert second.asynchronous and second.run_id == first.run_id
-    _approve(services, slack, second_id)
+    approve_on_card(slack, services.bot_url, second_id)
     wait_status(conn, second_id, Status.COMPLETED)
     assert [r["tool"] for r in tool_runs(env)] == [
         "list_files",
@@ -294,10 +290,10 @@ def test_wait_follows_an_async_run_through_two_pauses_and_on_finish_is_called_on
     found: list = []
     waiter = threading.Thread(target=lambda: found.append(wait(first.pause_id, timeout=60)))
     waiter.start()
-    _approve(services, slack, first.pause_id)
+    approve_on_card(slack, services.bot_url, first.pause_id)
     second = wait_status(conn, first.pause_id, Status.PAUSED).result.next_approval_id
     assert waiter.is_alive()  # paused again: not the end
-    _approve(services, slack, second)
+    approve_on_card(slack, services.bot_url, second)
     waiter.join(60)
     (outcome,) = found
     assert outcome.status == "completed" and outcome.run_id == first.run_id

@@ -21,7 +21,7 @@ from approvals.recovery import STRANDED_AFTER
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, drop_table, list_files, rotate_key, send_email
 from tests.conftest import wait_until
-from tests.e2e import card_of, click, submit_reject, tool_runs, wait_status
+from tests.e2e import approve_on_card, card_of, submit_reject, tool_runs, wait_status
 
 TOOLS = [list_files, delete_path, send_email, drop_table, rotate_key]
 DELETE = script(calls(("delete_path", {"path": "build"})), say("Finished: {results}"))
@@ -38,12 +38,6 @@ def _pause(prompt: str = DELETE, **kw):
     return outcome
 
 
-def _approve(slack, services, pause_id):
-    card = card_of(slack, pause_id)
-    status, _ = click(slack, services.bot_url, "approve", pause_id, card_ts=card.ts)
-    assert status == 200
-
-
 def _waiting(pause_id, **kw):
     """Run ``wait`` in a thread; returns the thread and the list its outcome lands in."""
     found: list = []
@@ -56,7 +50,7 @@ def test_wait_returns_the_completed_text_after_an_approve_click(services, slack,
     """wait() blocks until the worker finished the run, then returns its final answer."""
     paused = _pause()
     thread, found = _waiting(paused.pause_id, timeout=60)
-    _approve(slack, services, paused.pause_id)
+    approve_on_card(slack, services.bot_url, paused.pause_id)
     thread.join(60)
     (outcome,) = found
     assert outcome.status == "completed" and "deleted build" in outcome.text
@@ -71,11 +65,11 @@ def test_follow_goes_through_two_pauses_to_one_final_outcome(services, slack, en
     """Two cards of one run, both approved: one outcome, both calls and decisions, one run_id."""
     paused = _pause(TWO_PAUSES)
     thread, found = _waiting(paused.pause_id, timeout=60)
-    _approve(slack, services, paused.pause_id)
+    approve_on_card(slack, services.bot_url, paused.pause_id)
     second = wait_status(conn, paused.pause_id, Status.PAUSED).result.next_approval_id
     assert store.load(conn, second).run_id == paused.run_id
     assert thread.is_alive()  # the run paused again: not its end
-    _approve(slack, services, second)
+    approve_on_card(slack, services.bot_url, second)
     thread.join(60)
     (outcome,) = found
     assert outcome.status == "completed" and "sent to ops@example.com" in outcome.text
@@ -89,7 +83,7 @@ def test_without_follow_wait_returns_at_the_next_pause(services, slack, env, con
     """follow=False: the resume paused again, so wait returns the pause now waiting."""
     paused = _pause(TWO_PAUSES)
     thread, found = _waiting(paused.pause_id, timeout=60, follow=False)
-    _approve(slack, services, paused.pause_id)
+    approve_on_card(slack, services.bot_url, paused.pause_id)
     thread.join(60)
     (outcome,) = found
     second = store.load(conn, paused.pause_id).result.next_approval_id
@@ -135,7 +129,7 @@ def test_wait_from_a_fresh_process_after_the_pausing_one_exited(services, slack,
         f"print(run_agent('scripted', {DELETE!r}, tools=[delete_path]).pause_id)"
     )
     pause_id = _last_line(code)
-    _approve(slack, services, pause_id)
+    approve_on_card(slack, services.bot_url, pause_id)
     wait_status(conn, pause_id, Status.COMPLETED)
     code = (
         "import json; from approvals import wait;"
@@ -163,11 +157,11 @@ def test_a_process_started_after_the_agent_exited_waits_through_both_pauses(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        _approve(slack, services, pause_id)
+        approve_on_card(slack, services.bot_url, pause_id)
         second = wait_status(conn, pause_id, Status.PAUSED).result.next_approval_id
         card_of(slack, second)
         assert waiter.poll() is None  # still waiting: a pause is not the end
-        _approve(slack, services, second)
+        approve_on_card(slack, services.bot_url, second)
         out, err = waiter.communicate(timeout=60)
     finally:
         if waiter.poll() is None:
@@ -190,7 +184,7 @@ def test_run_agent_wait_true_returns_the_final_outcome(services, slack, env, con
     thread = threading.Thread(target=agent, daemon=True)
     thread.start()
     pause_id = wait_until(lambda: store.pending(conn), 20, "the pause")[0].id
-    _approve(slack, services, pause_id)
+    approve_on_card(slack, services.bot_url, pause_id)
     thread.join(60)
     (outcome,) = found
     assert outcome.status == "completed" and "deleted build" in outcome.text
@@ -204,7 +198,7 @@ def _finish_calls(env, name="on_finish"):
 def test_on_finish_is_called_once_with_the_final_outcome(services, slack, env, conn):
     """The worker calls on_finish once the run ends, with the run id as idempotency key."""
     paused = _pause(on_finish="tests.agents.continuations:note_outcome")
-    _approve(slack, services, paused.pause_id)
+    approve_on_card(slack, services.bot_url, paused.pause_id)
     (call,) = wait_until(lambda: _finish_calls(env), 30, "the on_finish call")
     assert call["status"] == "completed" and call["key"] == paused.run_id
     assert call["pid"] != os.getpid()
@@ -217,7 +211,7 @@ def test_on_finish_that_raises_the_first_time_is_retried_and_succeeds_once(
 ):
     """A continuation that fails is retried by RQ; it succeeds exactly once."""
     paused = _pause(on_finish="tests.agents.continuations:flaky_note")
-    _approve(slack, services, paused.pause_id)
+    approve_on_card(slack, services.bot_url, paused.pause_id)
     (call,) = wait_until(lambda: _finish_calls(env), 40, "the retried on_finish call")
     assert len(_finish_calls(env, "on_finish_failed")) == 1
     assert call["key"] == paused.run_id
@@ -237,7 +231,7 @@ def test_approvals_result_json_prints_the_outcome(services, slack, env, conn):
     runner = CliRunner()
     before = json.loads(runner.invoke(cli, ["result", paused.pause_id, "--json"]).output)
     assert before["status"] == "paused" and before["pause_id"] == paused.pause_id
-    _approve(slack, services, paused.pause_id)
+    approve_on_card(slack, services.bot_url, paused.pause_id)
     wait(paused.pause_id, timeout=60)
     for some_id in (paused.pause_id, paused.run_id):
         result = runner.invoke(cli, ["result", some_id, "--json"])
@@ -254,7 +248,7 @@ def test_approvals_result_json_prints_the_outcome(services, slack, env, conn):
 def test_the_outcome_is_kept_for_the_result_ttl(services, slack, env, conn, monkeypatch):
     """The stored outcome expires after APPROVALS_RESULT_TTL seconds."""
     paused = _pause()
-    _approve(slack, services, paused.pause_id)
+    approve_on_card(slack, services.bot_url, paused.pause_id)
     wait(paused.pause_id, timeout=60)
     ttl = conn.ttl(store.outcome_key(paused.run_id))
     assert 4900 < ttl <= 5000
@@ -308,7 +302,7 @@ def test_on_finish_completes_once_when_its_worker_is_killed_inside_it(
     paused = _pause(on_finish="tests.agents.continuations:held_note")
     hold = Path(env["HOLD_FILE"])
     hold.touch()
-    _approve(slack, services, paused.pause_id)
+    approve_on_card(slack, services.bot_url, paused.pause_id)
     (started,) = wait_until(lambda: _finish_calls(env, "on_finish_started"), 30, "on_finish")
     kill_worker(services, started["pid"])  # inside the continuation
     hold.unlink()
@@ -346,7 +340,7 @@ def test_on_finish_runs_once_when_the_worker_that_ran_the_run_is_killed_after_it
     )
     hold = Path(env["HOLD_FILE"])
     hold.touch()
-    _approve(slack, services, paused.pause_id)
+    approve_on_card(slack, services.bot_url, paused.pause_id)
     wait_until(lambda: tool_runs(env, "charge_card"), 30, "the resume to reach the tool")
     suspend_workers(conn)  # the worker finishes this job, then takes no other
     hold.unlink()
@@ -424,7 +418,7 @@ def test_the_outcome_sweep_stores_nothing_for_a_run_that_goes_on(services, slack
     from approvals.config import Settings
 
     paused = _pause(TWO_PAUSES, on_finish="tests.agents.continuations:note_outcome")
-    _approve(slack, services, paused.pause_id)
+    approve_on_card(slack, services.bot_url, paused.pause_id)
     wait_status(conn, paused.pause_id, Status.PAUSED)
     conn.zadd(store.FINISHED_KEY, {paused.pause_id: time.time() - STRANDED_AFTER - 1}, xx=True)
     conn.delete(store.ENDS_CHECKED_KEY)
@@ -461,7 +455,7 @@ def test_the_outcome_sweep_never_stores_again_an_outcome_that_expired(
 
     monkeypatch.setenv("APPROVALS_RESULT_TTL", "20")
     paused = _pause(on_finish="tests.agents.continuations:note_outcome")
-    _approve(slack, services, paused.pause_id)
+    approve_on_card(slack, services.bot_url, paused.pause_id)
     wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 30, "the on_finish call")
     conn.delete(store.outcome_key(paused.run_id))  # expired
     conn.zadd(store.FINISHED_KEY, {paused.pause_id: time.time() - STRANDED_AFTER - 1}, xx=True)

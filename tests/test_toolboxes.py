@@ -19,8 +19,8 @@ from tests.agents.gated import archive_bucket
 from tests.agents.scripted import calls, say, script
 from tests.agents.toolboxes import Notes
 from tests.e2e import (
+    approve_on_card,
     card_of,
-    click,
     model_calls,
     submit_edit,
     submit_reject,
@@ -30,13 +30,6 @@ from tests.e2e import (
 )
 
 PLUGIN_MODULES = "tests.agents,llm_tools_sqlite"
-
-
-def _approve(slack, services, approval_id):
-    status, _ = click(
-        slack, services.bot_url, "approve", approval_id, card_ts=card_of(slack, approval_id).ts
-    )
-    assert status == 200
 
 
 def _notes(tmp_path):
@@ -64,7 +57,7 @@ def test_a_gated_toolbox_method_runs_in_the_worker_on_a_toolbox_built_from_its_c
     assert ref.config == {"root": notes.root, "owner": "ops"}  # what llm recorded, as JSON
     assert (tmp_path / "notes" / "old.txt").exists()  # nothing deleted before the click
 
-    _approve(slack, services, outcome.pause_id)
+    approve_on_card(slack, services.bot_url, outcome.pause_id)
     wait_status(conn, outcome.pause_id, Status.COMPLETED)
     (deleted,) = tool_runs(env, "Notes.delete_note")
     assert deleted["pid"] != os.getpid()  # in the worker, on a toolbox it built
@@ -136,14 +129,14 @@ def test_the_sqlite_plugin_toolbox_gated_with_gate_waits_only_for_the_chosen_met
     assert first.tool.gate is not None and first.tool.path == "llm_tools_sqlite:SQLite"
     assert [s.name for s in first.siblings] == ["SQLite_schema"]  # ran at once, not gated
 
-    _approve(slack, services, outcome.pause_id)
+    approve_on_card(slack, services.bot_url, outcome.pause_id)
     # The rebuilt toolbox is gated again: the next query pauses in the worker.
     second_id = wait_status(conn, outcome.pause_id, Status.PAUSED).result.next_approval_id
     second = store.load(conn, second_id)
     assert second.tool_name == "SQLite_query" and second.arguments == {
         "sql": "select count(*) as n from orders"
     }
-    _approve(slack, services, second_id)
+    approve_on_card(slack, services.bot_url, second_id)
     wait_status(conn, second_id, Status.COMPLETED)
     seen = tool_results_seen(model_calls(env)[-1])
     queries = [json.loads(output) for name, output in seen if name == "SQLite_query"]
@@ -184,7 +177,7 @@ def test_a_plugin_tool_from_llm_get_tools_gated_with_gate_runs_in_the_worker_onc
     assert approval.tool.path == "llm.tools:llm_time" and approval.tool.gate is not None
     assert [c["api"] for c in model_calls(env)] == ["sync"]
 
-    _approve(slack, services, outcome.pause_id)
+    approve_on_card(slack, services.bot_url, outcome.pause_id)
     wait_status(conn, outcome.pause_id, Status.COMPLETED)
     resumed = model_calls(env)[-1]
     assert resumed["pid"] != os.getpid()  # the worker ran the tool and the next turn
@@ -223,7 +216,7 @@ def test_the_edit_plugin_toolbox_gated_with_gate_waits_for_the_write_and_leaves_
     assert [s.name for s in approval.siblings] == ["Filesystem_view"]  # the read ran, free
     assert config.read_text() == "debug = true\n"  # nothing written before the click
 
-    _approve(slack, services, outcome.pause_id)
+    approve_on_card(slack, services.bot_url, outcome.pause_id)
     wait_status(conn, outcome.pause_id, Status.COMPLETED)
     assert config.read_text() == "debug = false\n"
     resumed = model_calls(env)[-1]
