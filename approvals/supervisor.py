@@ -30,7 +30,11 @@ LineHandler = Callable[[str, str], None]
 
 @dataclass(frozen=True)
 class ChildSpec:
-    """What to run: a display name, the command line and its environment."""
+    """What to run: a display name, the command line and its whole environment.
+
+    Nothing of the supervisor's own environment is added to ``env``: a variable kept from a
+    child (the signing key, kept from the worker) stays kept.
+    """
 
     name: str
     argv: Sequence[str]
@@ -104,7 +108,7 @@ class Supervisor:
     def _start(self, child: _Child) -> None:
         child.process = subprocess.Popen(
             list(child.spec.argv),
-            env={**os.environ, **child.spec.env, "PYTHONUNBUFFERED": "1"},
+            env={**child.spec.env, "PYTHONUNBUFFERED": "1"},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -165,7 +165,7 @@ def _supervise(data_dir: Path, redis_url: str, sandbox: Sandbox | None, port: in
     info = {
         "pid": os.getpid(),
         "redis_url": redis_url,
-        "channel": env.get("APPROVALS_CHANNEL") or os.environ.get("APPROVALS_CHANNEL", ""),
+        "channel": env.get("APPROVALS_CHANNEL", ""),
         "sandbox_url": sandbox.url if sandbox else None,
         "requester": DEMO_REQUESTER if sandbox else None,
     }
@@ -189,9 +189,11 @@ def _without_key(env: dict[str, str]) -> dict[str, str]:
 
 
 def _child_env(redis_url: str, sandbox: Sandbox | None) -> dict[str, str]:
-    """The bot's and the worker's environment: this one, pointed at our Redis and sandbox."""
+    """The bot's and the worker's whole environment: this one, pointed at our Redis and
+    sandbox (the supervisor adds nothing to it)."""
     # The worker resumes the demo agent, so it needs the demo's model and may import its tools.
     env = {
+        **os.environ,
         "REDIS_URL": redis_url,
         "APPROVALS_LLM_PLUGINS": _with_module("APPROVALS_LLM_PLUGINS", DEMO_MODULE),
         "APPROVALS_TOOL_MODULES": _with_module("APPROVALS_TOOL_MODULES", DEMO_MODULE),

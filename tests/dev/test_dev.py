@@ -14,7 +14,8 @@ from pathlib import Path
 import redis
 from rq import Worker
 
-from approvals import store
+from approvals import keys, store, verify_receipt
+from approvals.config import Settings
 from approvals.models import Status
 from tests.conftest import BOT_TOKEN, CHANNEL, SIGNING_SECRET, approvals_command, wait_until
 from tests.dev.conftest import ROOT, alive, descendants, start_dev
@@ -197,6 +198,36 @@ def test_with_redis_url_and_slack_tokens_set_it_uses_them(tmp_path, redis_server
         card = slack.wait_for(lambda: slack.messages(CHANNEL), 10)[0]
         assert card.blocks[0]["text"]["text"] == "Approval needed: delete_path"
         conn.close()
+    finally:
+        dev.stop()
+
+
+def test_with_a_signing_key_the_worker_runs_and_the_decision_is_signed(tmp_path):
+    """APPROVALS_SIGNING_KEY set: the bot gets it and the worker does not, so the worker
+    starts once and stays up, and the approved call carries a receipt that verifies."""
+    key = str(tmp_path / "signing.pem")
+    keys.generate_key(key)
+    dev = start_dev(tmp_path / "data", tmp_path / "dev.log", {"APPROVALS_SIGNING_KEY": key})
+    try:
+        approval_id = dev.demo()
+        ts, _ = card_of(dev, approval_id)
+        approve(dev, approval_id, ts)
+        card_showing(dev, ts, "Completed")
+        conn = redis.Redis.from_url(dev.info["redis_url"])
+        approval = store.load(conn, approval_id)
+        receipt = next(e["receipt"] for e in store.audit_trail(conn, approval_id) if "receipt" in e)
+        conn.close()
+        claims = verify_receipt(
+            receipt,
+            tool="delete_path",
+            arguments=approval.arguments,
+            keys=keys.jwks(Settings(signing_key=key)),
+        )
+        assert claims.approval_id == approval_id
+        assert "worker exited" not in dev.output()
+    except BaseException:
+        print(f"\n----- approvals dev -----\n{dev.output()[-8000:]}")
+        raise
     finally:
         dev.stop()
 

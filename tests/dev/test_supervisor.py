@@ -71,6 +71,17 @@ def test_output_is_prefixed_and_handed_to_the_watcher(run):
     assert sorted(out.lines()) == ["[one] hello a", "[two] hello b"]
 
 
+def test_a_child_gets_only_its_specs_environment(run, monkeypatch):
+    """A variable of the supervisor's own environment left out of a spec (the signing key,
+    kept from the worker) does not reach that child."""
+    monkeypatch.setenv("APPROVALS_SIGNING_KEY", "/keys/signing.pem")
+    code = "import os; print(os.environ.get('APPROVALS_SIGNING_KEY', 'none'), os.environ['WHO'])"
+    code += "; import time; time.sleep(30)"
+    _, _, lines, _ = run([ChildSpec("worker", _python(code), {"WHO": "w"})])
+    wait_until(lambda: lines, 10, "the child to speak")
+    assert lines == [("worker", "none w")]
+
+
 def test_a_crashed_child_is_reported_and_restarted_with_growing_pauses(run):
     code = "print('up', flush=True); raise SystemExit(3)"
     supervisor, out, lines, _ = run([ChildSpec("flaky", _python(code))], first_backoff=0.2)
