@@ -2,11 +2,16 @@
 
 Every process (agent, bot, worker, CLI) reads the same variables, so they live in one place.
 Only the variables a process really needs are required, and a missing one stops start-up
-with a single line that names it (``ConfigError``).
+with a single line that names it (``ConfigError``). So does a malformed one: each kind of
+value (a whole number, a number, a choice, a list, a URL) has one parser here, and every
+number has bounds (``NUMBERS``), so a value that makes no sense (a negative timeout, a
+background loop with no pause between its rounds) stops start-up with the variable's name
+and what it accepts, instead of misbehaving later.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,43 +22,139 @@ from approvals.secrets import DEFAULT_SECRET_NAMES
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
+DEFAULT_API_URL = "http://127.0.0.1:8000"
+
+_HOUR = 3600
+_DAY = 24 * _HOUR
+_YEAR = 365 * _DAY
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What a numeric setting accepts: from ``low`` to ``high``, in ``unit``; ``whole``
+    ones take no fraction."""
+
+    low: float
+    high: float
+    unit: str = "seconds"
+    whole: bool = True
+
+    def describe(self) -> str:
+        """``a whole number of seconds from 1 to 604800``: the end of a refusal's sentence."""
+        kind = "a whole number" if self.whole else "a number"
+        unit = f" of {self.unit}" if self.unit else ""
+        return f"{kind}{unit} from {_plain(self.low)} to {_plain(self.high)}"
+
+
+def _plain(value: float) -> str:
+    return str(int(value)) if value == int(value) else str(value)
+
+
+#: Every numeric setting and what it accepts (docs/operations.md lists them). The lows keep
+#: loops pausing and timeouts positive; the highs are far beyond any sensible value, so a
+#: typo (an extra digit, milliseconds for seconds) is caught at start-up.
+NUMBERS: dict[str, Bounds] = {
+    "APPROVALS_EXPIRES_IN": Bounds(1, _YEAR, whole=False),
+    "APPROVALS_WARN_BEFORE": Bounds(0, 0.99, unit="", whole=False),
+    "APPROVALS_CHAIN_LIMIT": Bounds(1, 1000, unit="model responses"),
+    "APPROVALS_JOB_TIMEOUT": Bounds(1, 7 * _DAY),
+    "APPROVALS_WORKER_TTL": Bounds(10, _DAY),
+    "APPROVALS_MAINTENANCE_INTERVAL": Bounds(1, _HOUR),
+    "APPROVALS_RESULT_TTL": Bounds(1, _YEAR),
+    "APPROVALS_HISTORY_RETENTION": Bounds(0, 10 * _YEAR),
+    "APPROVALS_RETENTION": Bounds(0, 10 * _YEAR),
+    "APPROVALS_RECEIPT_TTL": Bounds(1, _DAY),
+    "APPROVALS_AUDIT_TTL": Bounds(0, 10 * _YEAR),
+    "APPROVALS_API_MAX_BODY": Bounds(1024, 64 * 1024 * 1024, unit="bytes"),
+    "APPROVALS_API_RATE_LIMIT": Bounds(1, 1_000_000, unit="requests a minute"),
+    "APPROVALS_REMIND_AFTER": Bounds(0, _YEAR, whole=False),
+    "APPROVALS_ESCALATE_AFTER": Bounds(0, _YEAR, whole=False),
+}
+
+#: The schemes each URL setting accepts (a SQLAlchemy URL may name a driver: ``sqlite+...``).
+URL_SCHEMES: dict[str, tuple[str, ...]] = {
+    "REDIS_URL": ("redis", "rediss", "unix"),
+    "SLACK_API_URL": ("https", "http"),
+    "APPROVALS_API_URL": ("https", "http"),
+    "APPROVALS_WEBHOOK_URLS": ("https", "http"),
+    "APPROVALS_ARCHIVE_URL": ("sqlite", "postgresql", "postgres"),
+}
+
+
+def _raw(env: Mapping[str, str], name: str) -> str | None:
+    """The variable's value without surrounding spaces; None when unset or blank."""
+    value = (env.get(name) or "").strip()
+    return value or None
 
 
 def _csv(value: str | None) -> tuple[str, ...]:
     return tuple(part.strip() for part in (value or "").split(",") if part.strip())
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
+def _whole(env: Mapping[str, str], name: str, default: int) -> int:
+    """A whole number within ``NUMBERS[name]``."""
+    return int(_number(env, name, default))
+
+
+def _number(env: Mapping[str, str], name: str, default: float) -> float:
+    """A finite number within ``NUMBERS[name]`` (whole, when the bounds say so)."""
+    raw = _raw(env, name)
+    if raw is None:
         return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
-
-
-def _seconds(env: Mapping[str, str], name: str, default: int) -> int:
-    value = _int(env, name, default)
-    if value < 0:
-        raise ConfigError(f"{name} must be 0 or more seconds, got {value}")
+    bounds = NUMBERS[name]
+    try:  # ASCII only: int() and float() would also read other scripts' digits
+        value = float(int(raw) if bounds.whole else float(raw)) if raw.isascii() else math.nan
+    except (ValueError, OverflowError):
+        value = math.nan
+    if not (math.isfinite(value) and bounds.low <= value <= bounds.high):
+        raise ConfigError(f"{name} must be {bounds.describe()}, got {_shown(raw)}")
     return value
 
 
-def _number(
-    env: Mapping[str, str], name: str, default: float, low: float, high: float | None = None
-) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-    if value < low or (high is not None and value > high):
-        limits = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise ConfigError(f"{name} must be {limits}, got {raw!r}")
+def _shown(raw: str) -> str:
+    """A refused value as the refusal quotes it: whole, unless it is long."""
+    return repr(raw if len(raw) <= 40 else raw[:40] + "...")
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (the first when unset)."""
+    value = _raw(env, name) or choices[0]
+    if value not in choices:
+        raise ConfigError(f"{name} must be {_either(choices)}, got {_shown(value)}")
     return value
+
+
+def _either(choices: tuple[str, ...]) -> str:
+    """``a, b or c``."""
+    return " or ".join([", ".join(choices[:-1]), choices[-1]] if len(choices) > 2 else choices)
+
+
+def _url(env: Mapping[str, str], name: str, default: str = "") -> str:
+    """A URL with one of ``URL_SCHEMES[name]`` (``default`` when unset)."""
+    raw = _raw(env, name)
+    return default if raw is None else _checked_url(name, raw)
+
+
+def _urls(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated list of URLs, each as ``_url`` checks it."""
+    return tuple(_checked_url(name, url) for url in _csv(env.get(name)))
+
+
+def _checked_url(name: str, url: str) -> str:
+    """``url`` when it has an accepted scheme and a place after it; the refusal never
+    repeats the value, which may hold a password."""
+    schemes = URL_SCHEMES[name]
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as exc:
+        raise ConfigError(f"{name} is not a URL: {exc}") from None
+    scheme = parts.scheme.lower().split("+", 1)[0]
+    if scheme not in schemes or not (parts.netloc or parts.path.strip("/")):
+        accepted = _either(tuple(f"{s}://" for s in schemes))
+        found = f"{parts.scheme}://..." if parts.scheme else "no scheme"
+        raise ConfigError(f"{name} must be a URL starting with {accepted}, got {found}")
+    return url
 
 
 @dataclass(frozen=True)
@@ -123,7 +224,7 @@ class Settings:
     #: ``approvals api``: requests one token may make per minute (more: HTTP 429).
     api_rate_limit: int = 600
     #: Where callers (``approvals hook``, ``approvals mcp``) reach ``approvals api``, and as whom.
-    api_url: str = "http://127.0.0.1:8000"
+    api_url: str = DEFAULT_API_URL
     api_token: str | None = None
     #: A TOML file of policy rules applied before a call pauses (``approvals.policy``).
     policy_path: str | None = None
@@ -139,61 +240,54 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Read settings from ``env`` (default ``os.environ``)."""
+        """Read settings from ``env`` (default ``os.environ``).
+
+        Raises:
+            ConfigError: a variable is malformed or out of bounds (the message names it).
+        """
         env = os.environ if env is None else env
-        worker_class = env.get("APPROVALS_WORKER_CLASS") or "Worker"
-        if worker_class not in ("Worker", "SimpleWorker"):
-            raise ConfigError(
-                f"APPROVALS_WORKER_CLASS must be Worker or SimpleWorker, got {worker_class!r}"
-            )
-        log_format = env.get("APPROVALS_LOG_FORMAT") or "text"
-        if log_format not in ("text", "json"):
-            raise ConfigError(f"APPROVALS_LOG_FORMAT must be text or json, got {log_format!r}")
         llm_log, llm_log_db = _llm_log(env.get("APPROVALS_LLM_LOG"))
-        grant_notice = env.get("APPROVALS_GRANT_NOTICE") or "line"
-        if grant_notice not in ("line", "none"):
-            raise ConfigError(f"APPROVALS_GRANT_NOTICE must be line or none, got {grant_notice!r}")
         return cls(
-            redis_url=env.get("REDIS_URL") or DEFAULT_REDIS_URL,
+            redis_url=_url(env, "REDIS_URL", DEFAULT_REDIS_URL),
             slack_bot_token=env.get("SLACK_BOT_TOKEN") or None,
             slack_signing_secret=env.get("SLACK_SIGNING_SECRET") or None,
             slack_app_token=env.get("SLACK_APP_TOKEN") or None,
-            slack_api_url=_with_slash(env.get("SLACK_API_URL") or DEFAULT_SLACK_API_URL),
+            slack_api_url=_with_slash(_url(env, "SLACK_API_URL", DEFAULT_SLACK_API_URL)),
             channel=env.get("APPROVALS_CHANNEL") or None,
             approvers=_csv(env.get("APPROVERS")),
             approver_groups=_csv(env.get("APPROVER_GROUPS")),
-            expires_in=_number(env, "APPROVALS_EXPIRES_IN", 24 * 3600, low=1),
-            warn_before=_number(env, "APPROVALS_WARN_BEFORE", 0.1, low=0, high=0.99),
-            chain_limit=_int(env, "APPROVALS_CHAIN_LIMIT", 25),
+            expires_in=_number(env, "APPROVALS_EXPIRES_IN", 24 * 3600),
+            warn_before=_number(env, "APPROVALS_WARN_BEFORE", 0.1),
+            chain_limit=_whole(env, "APPROVALS_CHAIN_LIMIT", 25),
             queue=env.get("APPROVALS_QUEUE") or "approvals",
             llm_plugins=_csv(env.get("APPROVALS_LLM_PLUGINS")),
-            worker_class=worker_class,
-            job_timeout=_int(env, "APPROVALS_JOB_TIMEOUT", 600),
+            worker_class=_choice(env, "APPROVALS_WORKER_CLASS", ("Worker", "SimpleWorker")),
+            job_timeout=_whole(env, "APPROVALS_JOB_TIMEOUT", 600),
             tool_modules=_csv(env.get("APPROVALS_TOOL_MODULES")),
             secret_names=_csv(env.get("APPROVALS_SECRET_NAMES")) or DEFAULT_SECRET_NAMES,
-            worker_ttl=_int(env, "APPROVALS_WORKER_TTL", 30),
-            maintenance_interval=_int(env, "APPROVALS_MAINTENANCE_INTERVAL", 5),
-            log_format=log_format,
-            result_ttl=_int(env, "APPROVALS_RESULT_TTL", 7 * 24 * 3600),
+            worker_ttl=_whole(env, "APPROVALS_WORKER_TTL", 30),
+            maintenance_interval=_whole(env, "APPROVALS_MAINTENANCE_INTERVAL", 5),
+            log_format=_choice(env, "APPROVALS_LOG_FORMAT", ("text", "json")),
+            result_ttl=_whole(env, "APPROVALS_RESULT_TTL", 7 * 24 * 3600),
             llm_log=llm_log,
             llm_log_db=llm_log_db,
-            history_retention=_seconds(env, "APPROVALS_HISTORY_RETENTION", 7 * 24 * 3600),
-            retention=_seconds(env, "APPROVALS_RETENTION", 30 * 24 * 3600),
-            archive_url=env.get("APPROVALS_ARCHIVE_URL") or None,
+            history_retention=_whole(env, "APPROVALS_HISTORY_RETENTION", 7 * 24 * 3600),
+            retention=_whole(env, "APPROVALS_RETENTION", 30 * 24 * 3600),
+            archive_url=_url(env, "APPROVALS_ARCHIVE_URL") or None,
             signing_key=env.get("APPROVALS_SIGNING_KEY") or None,
             verify_keys=_csv(env.get("APPROVALS_VERIFY_KEYS")),
-            receipt_ttl=int(_number(env, "APPROVALS_RECEIPT_TTL", 600, low=1)),
-            webhook_urls=_csv(env.get("APPROVALS_WEBHOOK_URLS")),
+            receipt_ttl=_whole(env, "APPROVALS_RECEIPT_TTL", 600),
+            webhook_urls=_urls(env, "APPROVALS_WEBHOOK_URLS"),
             webhook_secret=_webhook_secret(env),
-            audit_ttl=int(_number(env, "APPROVALS_AUDIT_TTL", 0, low=0)),
-            api_max_body=int(_number(env, "APPROVALS_API_MAX_BODY", 64 * 1024, low=1024)),
-            api_rate_limit=int(_number(env, "APPROVALS_API_RATE_LIMIT", 600, low=1)),
-            api_url=(env.get("APPROVALS_API_URL") or "http://127.0.0.1:8000").rstrip("/"),
+            audit_ttl=_whole(env, "APPROVALS_AUDIT_TTL", 0),
+            api_max_body=_whole(env, "APPROVALS_API_MAX_BODY", 64 * 1024),
+            api_rate_limit=_whole(env, "APPROVALS_API_RATE_LIMIT", 600),
+            api_url=_url(env, "APPROVALS_API_URL", DEFAULT_API_URL).rstrip("/"),
             api_token=env.get("APPROVALS_API_TOKEN") or None,
             policy_path=env.get("APPROVALS_POLICY") or None,
-            grant_notice=grant_notice,
-            remind_after=_number(env, "APPROVALS_REMIND_AFTER", 3600.0, low=0),
-            escalate_after=_number(env, "APPROVALS_ESCALATE_AFTER", 0.0, low=0),
+            grant_notice=_choice(env, "APPROVALS_GRANT_NOTICE", ("line", "none")),
+            remind_after=_number(env, "APPROVALS_REMIND_AFTER", 3600.0),
+            escalate_after=_number(env, "APPROVALS_ESCALATE_AFTER", 0.0),
             escalate_to=_escalate_to(env.get("APPROVALS_ESCALATE_TO")),
         )
 

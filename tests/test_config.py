@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-from approvals.config import DEFAULT_REDIS_URL, DEFAULT_SLACK_API_URL, Settings
+from approvals.config import DEFAULT_REDIS_URL, DEFAULT_SLACK_API_URL, NUMBERS, Settings
 from approvals.errors import ConfigError
 
 
@@ -170,3 +173,97 @@ def test_retention_and_the_archive_are_read():
 def test_a_negative_retention_names_its_variable():
     with pytest.raises(ConfigError, match="APPROVALS_RETENTION"):
         Settings.from_env({"APPROVALS_RETENTION": "-1"})
+
+
+#: Every numeric setting: its attribute, values refused, and values accepted with what they
+#: become. Written out here, apart from ``config.NUMBERS``, so a changed bound shows up twice.
+NUMERIC: dict[str, tuple[str, list[str], dict[str, float]]] = {
+    "APPROVALS_EXPIRES_IN": ("expires_in", ["0", "-1", "31536001", "nan"], {"1": 1, "2.5": 2.5}),
+    "APPROVALS_WARN_BEFORE": ("warn_before", ["-0.1", "1", "2"], {"0": 0, "0.5": 0.5}),
+    "APPROVALS_CHAIN_LIMIT": ("chain_limit", ["-5", "0", "1001", "2.5"], {"1": 1, "1000": 1000}),
+    "APPROVALS_JOB_TIMEOUT": ("job_timeout", ["-1", "0", "604801"], {"1": 1, "604800": 604800}),
+    "APPROVALS_WORKER_TTL": ("worker_ttl", ["0", "9", "86401"], {"10": 10, "420": 420}),
+    "APPROVALS_MAINTENANCE_INTERVAL": ("maintenance_interval", ["0", "-5", "3601"], {"1": 1}),
+    "APPROVALS_RESULT_TTL": ("result_ttl", ["-3", "0", "31536001"], {"1": 1, "20": 20}),
+    "APPROVALS_HISTORY_RETENTION": ("history_retention", ["-1", "315360001"], {"0": 0}),
+    "APPROVALS_RETENTION": ("retention", ["-3", "315360001", "1.5"], {"0": 0, "86400": 86400}),
+    "APPROVALS_RECEIPT_TTL": ("receipt_ttl", ["0", "-600", "86401"], {"1": 1, "86400": 86400}),
+    "APPROVALS_AUDIT_TTL": ("audit_ttl", ["-1", "315360001"], {"0": 0, "3600": 3600}),
+    "APPROVALS_API_MAX_BODY": ("api_max_body", ["1023", "0", "67108865"], {"1024": 1024}),
+    "APPROVALS_API_RATE_LIMIT": ("api_rate_limit", ["0", "-1", "1000001"], {"1": 1}),
+    "APPROVALS_REMIND_AFTER": ("remind_after", ["-1", "31536001", "inf"], {"0": 0, "0.5": 0.5}),
+    "APPROVALS_ESCALATE_AFTER": ("escalate_after", ["-0.5", "1e9"], {"0": 0, "600": 600}),
+}
+#: Refused by every numeric setting, whatever its bounds.
+NOT_NUMBERS = ["ten", "nan", "-inf", "1e999", "0x10", "12s", "9" * 400, "\u0661\u0662"]
+
+
+def test_the_table_covers_every_numeric_setting():
+    """A numeric setting added to the code without a row here fails this test."""
+    assert set(NUMERIC) == set(NUMBERS)
+
+
+@pytest.mark.parametrize("name", sorted(NUMERIC))
+def test_every_numeric_setting_refuses_what_is_out_of_bounds_and_takes_the_rest(name):
+    """Each bad value stops start-up with one line naming the variable and what it accepts
+    (a whole number or a number, of what, from where to where); each good value is read."""
+    attribute, bad, good = NUMERIC[name]
+    for raw in bad + [r for r in NOT_NUMBERS if r]:
+        with pytest.raises(ConfigError) as info:
+            Settings.from_env({name: raw})
+        message = str(info.value)
+        assert message.startswith(f"{name} must be ") and "\n" not in message, message
+        assert f"from {_plain(NUMBERS[name].low)} to {_plain(NUMBERS[name].high)}" in message
+        assert len(message) < 160, message
+    for raw, expected in good.items():
+        assert getattr(Settings.from_env({name: raw}), attribute) == expected
+        assert getattr(Settings.from_env({name: f" {raw} "}), attribute) == expected
+
+
+def _plain(value: float) -> str:
+    return str(int(value)) if value == int(value) else str(value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("REDIS_URL", "http://user:s3cret@redis.internal:6379/0"),
+        ("REDIS_URL", "redis.internal:6379"),
+        ("SLACK_API_URL", "ftp://slack.example/api/"),
+        ("APPROVALS_API_URL", "127.0.0.1:8000"),
+        ("APPROVALS_WEBHOOK_URLS", "https://ok.example/h,mailto:ops@example.com"),
+        ("APPROVALS_ARCHIVE_URL", "/var/lib/approvals/archive.db"),
+        ("APPROVALS_ARCHIVE_URL", "mysql://root:s3cret@db/approvals"),
+    ],
+)
+def test_a_url_with_another_scheme_is_refused_without_repeating_it(name, value):
+    """A URL setting names the schemes it takes; the refusal never shows the value, which
+    may carry a password."""
+    env = {name: value}
+    if name == "APPROVALS_WEBHOOK_URLS":
+        env["APPROVALS_WEBHOOK_SECRET"] = "whsec_" + "A" * 32
+    with pytest.raises(ConfigError, match=f"^{name} must be a URL starting with ") as info:
+        Settings.from_env(env)
+    assert "s3cret" not in str(info.value)
+
+
+def test_urls_of_every_accepted_scheme_are_read():
+    """redis, rediss and unix sockets; http(s); SQLite and PostgreSQL with or without a driver."""
+    settings = Settings.from_env(
+        {
+            "REDIS_URL": "unix:///run/redis.sock?db=2",
+            "APPROVALS_ARCHIVE_URL": "postgresql+psycopg://u@/db?host=/run/pg",
+            "APPROVALS_API_URL": "https://approvals.internal/",
+        }
+    )
+    assert settings.redis_url == "unix:///run/redis.sock?db=2"
+    assert settings.archive_url == "postgresql+psycopg://u@/db?host=/run/pg"
+    assert settings.api_url == "https://approvals.internal"
+    assert Settings.from_env({"APPROVALS_ARCHIVE_URL": "sqlite:///a.db"}).archive_url
+
+
+def test_the_operations_guide_lists_every_bound_as_the_code_has_it():
+    """docs/operations.md's table of numeric settings says what the code accepts."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
+    rows = dict(re.findall(r"^\| `(APPROVALS_[A-Z_]+)` \| (a [^|]+?) \|$", text, re.MULTILINE))
+    assert rows == {name: bounds.describe() for name, bounds in NUMBERS.items()}
