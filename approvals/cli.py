@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+import redis
 
 from approvals import grants, lookup, policy, queue, store
 from approvals.cards import decision_line
@@ -28,14 +29,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def pass_settings(func: F) -> F:
-    """Read settings from the environment; any ApprovalsError becomes one line and exit 1."""
+    """Read settings from the environment; any ApprovalsError, and a Redis that is down or
+    refuses, becomes one line (what failed, where, what to do) and exit 1."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(Settings.from_env(), *args, **kwargs)
+            settings = Settings.from_env()
         except ApprovalsError as exc:
             raise click.ClickException(str(exc)) from None
+        try:
+            return func(settings, *args, **kwargs)
+        except ApprovalsError as exc:
+            raise click.ClickException(str(exc)) from None
+        except redis.RedisError as exc:
+            from approvals.doctor import redis_problem
+
+            raise click.ClickException(redis_problem(settings, exc)) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -88,8 +98,13 @@ def bot_run(
     from bot.app import check_settings
     from bot.server import serve_http, serve_socket_mode
 
+    from approvals.doctor import start_problem
+
     configure_logging(settings)
     check_settings(settings)
+    problem = start_problem(settings)
+    if problem is not None:  # said once here, not by each gunicorn process as it dies
+        raise click.ClickException(f"the bot cannot start: {problem}")
     if settings.slack_app_token:
         if workers is not None and workers > 1:
             raise click.UsageError("--workers is for HTTP mode; Socket Mode runs one process")
@@ -118,6 +133,8 @@ def worker_run(
     from approvals import metrics
     from worker.main import run_pool, run_worker
 
+    with store.connect(settings) as conn:  # Redis down: one line now, before loading tools
+        conn.ping()
     if metrics_port is not None:
         port = metrics.serve(settings, metrics_port)
         click.echo(f"approvals worker metrics at http://0.0.0.0:{port}/metrics")

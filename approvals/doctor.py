@@ -21,6 +21,7 @@ are counted without their usual clean-up).
 - ``slack``: ``auth.test`` with ``SLACK_BOT_TOKEN``.
 - ``scopes``: the token's scopes, from the ``X-OAuth-Scopes`` header of ``auth.test``.
 - ``channel``: ``APPROVALS_CHANNEL`` is set and Slack knows it.
+- ``socket`` (with ``SLACK_APP_TOKEN`` only): Slack opens Socket Mode connections for it.
 
 Checks that depend on an earlier failed one are reported as not checked, rather than repeating
 the same failure.
@@ -29,6 +30,7 @@ the same failure.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -39,6 +41,7 @@ import redis
 from rq import Worker
 from rq.scheduler import SCHEDULER_KEY_TEMPLATE, RQScheduler
 from rq.serializers import JSONSerializer
+from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web import SlackResponse
 
@@ -104,12 +107,31 @@ def _redis_checks(settings: Settings) -> list[Check]:
         conn.close()
 
 
+def start_problem(settings: Settings) -> str | None:
+    """Why a service cannot start, in the words of the ``redis`` and ``slack`` checks:
+    Redis does not answer or refuses, or Slack does not answer or refuses the bot token;
+    None when both answer. ``approvals bot`` asks before it serves."""
+    conn = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        found = check_redis(conn, settings)
+    finally:
+        conn.close()
+    if found.level is Level.FAIL:
+        return found.message
+    auth = slack_auth(settings)
+    if isinstance(auth, str):
+        return auth
+    socket = check_socket_mode(settings) if settings.slack_app_token else None
+    return socket.message if socket is not None and socket.level is Level.FAIL else None
+
+
 def _slack_checks(settings: Settings) -> list[Check]:
     auth = slack_auth(settings)
     first = check_slack(auth, settings)
+    socket = [check_socket_mode(settings)] if settings.slack_app_token else []
     if first.level is Level.FAIL:
-        return [first, _not_checked("scopes", "Slack"), check_channel(settings, None)]
-    return [first, check_scopes(auth, settings), check_channel(settings, auth)]
+        return [first, _not_checked("scopes", "Slack"), check_channel(settings, None), *socket]
+    return [first, check_scopes(auth, settings), check_channel(settings, auth), *socket]
 
 
 def _not_checked(name: str, failed: str) -> Check:
@@ -133,7 +155,7 @@ def check_redis(conn: redis.Redis, settings: Settings) -> Check:
     try:
         info = conn.info("server")
     except redis.RedisError as exc:
-        return Check("redis", Level.FAIL, f"cannot reach Redis at {where}: {exc}")
+        return Check("redis", Level.FAIL, redis_problem(settings, exc))
     version = str(info.get("redis_version", "0"))
     if _version(version) < MIN_REDIS_VERSION:
         return Check(
@@ -142,6 +164,20 @@ def check_redis(conn: redis.Redis, settings: Settings) -> Check:
             f"Redis {version} at {where} is too old: RQ needs Redis 5+",
         )
     return Check("redis", Level.OK, f"Redis {version} at {where}")
+
+
+def redis_problem(settings: Settings, exc: redis.RedisError) -> str:
+    """What failed, where and what to do, in one line, for a Redis that refused or did not
+    answer: this check's message, and what every command says instead of a traceback."""
+    where = safe_url(settings.redis_url)
+    if isinstance(exc, redis.AuthenticationError):
+        return (
+            f"Redis at {where} refused the credentials ({exc}): check the user and password "
+            "in REDIS_URL"
+        )
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return f"cannot reach Redis at {where} ({exc}): start Redis there, or set REDIS_URL"
+    return f"Redis at {where} refused a command ({exc}): check the ACL of REDIS_URL's user"
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -405,10 +441,15 @@ def check_models(conn: redis.Redis, settings: Settings) -> Check:
 # ---------------------------------------------------------------------------------- Slack
 
 
+#: slack_sdk logs every failed attempt; the check's one line says what they came to.
+_QUIET = logging.getLogger("approvals.doctor.slack")
+_QUIET.setLevel(logging.CRITICAL + 1)
+
+
 def slack_auth(settings: Settings) -> Auth:
     """``auth.test``'s answer, or why there is none (one call, shared by the Slack checks)."""
     try:
-        client = slack.web_client(settings)
+        client = slack.web_client(settings, logger=_QUIET)
     except ConfigError:
         return "SLACK_BOT_TOKEN is not set"
     try:
@@ -418,7 +459,14 @@ def slack_auth(settings: Settings) -> Auth:
         meaning = _TOKEN_ERRORS.get(error, "see auth.test in Slack's API docs")
         return f"Slack refused the token: {error} ({meaning})"
     except (SlackClientError, OSError) as exc:
-        return f"cannot reach Slack at {settings.slack_api_url}: {exc}"
+        return _unreachable_slack(settings, exc)
+
+
+def _unreachable_slack(settings: Settings, exc: Exception) -> str:
+    return (
+        f"cannot reach Slack at {safe_url(settings.slack_api_url)} ({exc}): check the network "
+        "(a proxy?) and SLACK_API_URL"
+    )
 
 
 _TOKEN_ERRORS = {
@@ -428,6 +476,27 @@ _TOKEN_ERRORS = {
     "account_inactive": "the app was uninstalled or its workspace deleted",
     "token_expired": "the token expired; this app does not use token rotation",
 }
+
+
+def check_socket_mode(settings: Settings) -> Check:
+    """Slack opens a Socket Mode connection for ``SLACK_APP_TOKEN`` (``apps.connections.open``
+    answers with a URL, which is left unused: it expires on its own)."""
+    client = WebClient(
+        token=settings.slack_app_token, base_url=settings.slack_api_url, timeout=10, logger=_QUIET
+    )
+    try:
+        client.apps_connections_open(app_token=settings.slack_app_token or "")
+    except SlackApiError as exc:
+        error = str(exc.response.get("error"))
+        return Check(
+            "socket",
+            Level.FAIL,
+            f"Slack refused SLACK_APP_TOKEN: {error} (it must be an app-level token, xapp-..., "
+            "with connections:write, from the app's Basic Information page)",
+        )
+    except (SlackClientError, OSError) as exc:
+        return Check("socket", Level.FAIL, _unreachable_slack(settings, exc))
+    return Check("socket", Level.OK, "SLACK_APP_TOKEN opens Socket Mode connections")
 
 
 def check_slack(auth: Auth, settings: Settings) -> Check:

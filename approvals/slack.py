@@ -30,16 +30,17 @@ log = logging.getLogger(__name__)
 DECISION_SHOWN = "decision_shown"
 
 
-def web_client(settings: Settings) -> WebClient:
+def web_client(settings: Settings, logger: logging.Logger | None = None) -> WebClient:
     """A ``WebClient`` for ``SLACK_BOT_TOKEN`` at ``SLACK_API_URL`` that retries politely,
-    and counts its calls and retries for ``/metrics``."""
+    and counts its calls and retries for ``/metrics`` (``logger``: where slack_sdk logs
+    each failed attempt, by default its own logger)."""
     settings.require("SLACK_BOT_TOKEN")
     return CountedWebClient(
         settings,
         token=settings.slack_bot_token,
         base_url=settings.slack_api_url,
         timeout=10,
-        logger=_sdk_logger(),
+        logger=logger or _sdk_logger(),
         retry_handlers=[
             _counted(ConnectionErrorRetryHandler(max_retry_count=2), settings, "connection"),
             _counted(RateLimitErrorRetryHandler(max_retry_count=2), settings, "rate_limited"),

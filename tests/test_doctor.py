@@ -260,6 +260,18 @@ def test_a_bad_token_fails_with_slacks_reason(env, slack, monkeypatch):
     assert "not checked, because the Slack check failed" in output
 
 
+def test_socket_mode_checks_the_app_token_only_when_it_is_set(env, slack, monkeypatch):
+    """With SLACK_APP_TOKEN the doctor opens a connection for it: ok for the right token, a
+    failure naming the token and where to get one for a wrong one; without it, no check."""
+    assert "socket" not in by_name(doctor.run_checks(Settings.from_env()))
+    monkeypatch.setenv("SLACK_APP_TOKEN", slack.app_token)
+    assert by_name(doctor.run_checks(Settings.from_env()))["socket"].level is Level.OK
+    monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-1-wrong")
+    check = by_name(doctor.run_checks(Settings.from_env()))["socket"]
+    assert check.level is Level.FAIL and "SLACK_APP_TOKEN: invalid_auth" in check.message
+    assert "connections:write" in check.message
+
+
 def test_a_missing_token_fails(env, monkeypatch):
     """No SLACK_BOT_TOKEN at all: the Slack check says so."""
     monkeypatch.delenv("SLACK_BOT_TOKEN")

@@ -78,11 +78,12 @@ def _pending(slack: SlackStandIn, user: str = "UALICE") -> dict[str, Any]:
 def test_the_bot_opens_the_websocket_with_its_app_token_on_slack_api_url(
     socket_services: SocketServices, slack: SlackStandIn
 ):
-    """The bot asks SLACK_API_URL for a connection with the app-level token and is greeted."""
+    """The bot asks SLACK_API_URL for a connection with the app-level token and is greeted
+    (having checked both tokens first, as `approvals doctor` does: a second call of each)."""
     opens = slack.calls("apps.connections.open")
-    assert [call["error"] for call in opens] == [None]
+    assert [call["error"] for call in opens] == [None, None]
     assert slack.socket_mode.connections == 1
-    assert [call["error"] for call in slack.calls("auth.test")] == [None]  # the bot token
+    assert [call["error"] for call in slack.calls("auth.test")] == [None, None]  # the bot token
 
 
 def test_approve_runs_the_gated_tool_once_and_shows_completed(
@@ -197,7 +198,7 @@ def test_after_slack_refreshes_the_connection_the_bot_reconnects_and_still_decid
     assert slack.socket_mode.disconnect("refresh_requested") == 1
     slack.socket_mode.wait_for_connections(socket_services.connections_before + 2)
     slack.socket_mode.wait_for_closed(open_at_most=1)
-    assert len(slack.calls("apps.connections.open")) == 2
+    assert len(slack.calls("apps.connections.open")) == 3  # the start's check, two connections
 
     assert _click(slack, "approve", pause_id, card_ts=card.ts) == {}
     wait_status(conn, pause_id, Status.COMPLETED)

@@ -1,0 +1,84 @@
+"""The ``approvals`` command when what it needs is down or refuses it: one line that says what
+failed, where (no password) and what to do, and a non-zero exit; never a traceback. Each runs
+the real CLI as a process, against a closed port or the Slack stand-in refusing the token."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from tests.conftest import SIGNING_SECRET
+from tests.processes import ROOT, approvals_command, free_port
+
+PASSWORD = "s3cret-pw"
+
+
+def run(env: dict[str, str], *args: str) -> tuple[int, str]:
+    """Run ``approvals ARGS``; its exit code and everything it printed."""
+    done = subprocess.run(
+        approvals_command(*args),
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def assert_one_line(code: int, output: str, *expected: str) -> None:
+    assert code != 0, output
+    assert "Traceback" not in output and "Worker failed to boot" not in output, output
+    assert len(output.strip().splitlines()) == 1, output
+    assert PASSWORD not in output
+    for part in expected:
+        assert part in output, output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("pending",),
+        ("show", "0000000000000000"),
+        ("approve", "0000000000000000"),
+        ("tokens", "list"),
+        ("worker", "--burst"),
+        ("bot", "--port", "0"),
+    ],
+    ids=lambda args: args[0],
+)
+def test_with_redis_down_a_command_says_so_in_one_line(env, args):
+    """Nothing listens at REDIS_URL: every command names Redis, where it looked (password
+    hidden) and what to do, and exits non-zero."""
+    port = free_port()
+    down = {**env, "REDIS_URL": f"redis://ops:{PASSWORD}@127.0.0.1:{port}/0"}
+    code, output = run(down, *args)
+    where = f"redis://ops:***@127.0.0.1:{port}/0"
+    assert_one_line(code, output, f"cannot reach Redis at {where}", "set REDIS_URL")
+
+
+def test_the_bot_with_a_token_slack_refuses_says_so_in_one_line(env):
+    """The Slack stand-in answers invalid_auth: the bot says which token is wrong, once,
+    instead of each gunicorn process's traceback and "Worker failed to boot"."""
+    code, output = run({**env, "SLACK_BOT_TOKEN": "xoxb-wrong"}, "bot", "--port", "0")
+    assert_one_line(code, output, "the bot cannot start", "invalid_auth", "SLACK_BOT_TOKEN")
+
+
+def test_the_bot_with_slack_unreachable_says_so_in_one_line(env):
+    """Nothing at SLACK_API_URL: the bot names the URL (its password hidden) and what to
+    check."""
+    port = free_port()
+    url = f"http://user:{PASSWORD}@127.0.0.1:{port}/api/"
+    code, output = run({**env, "SLACK_API_URL": url}, "bot", "--port", "0")
+    where = f"http://user:***@127.0.0.1:{port}/api/"
+    assert_one_line(code, output, f"cannot reach Slack at {where}", "SLACK_API_URL")
+
+
+def test_the_bot_in_socket_mode_with_an_app_token_slack_refuses_says_so_in_one_line(env):
+    """A wrong SLACK_APP_TOKEN: apps.connections.open answers invalid_auth, and the bot says
+    which token and where to get a right one."""
+    socket_env = {**env, "SLACK_APP_TOKEN": "xapp-1-wrong", "SLACK_SIGNING_SECRET": SIGNING_SECRET}
+    code, output = run(socket_env, "bot")
+    assert_one_line(code, output, "invalid_auth", "SLACK_APP_TOKEN", "connections:write")
