@@ -94,11 +94,10 @@ def bot_run(
     """Run the Slack app: Socket Mode if SLACK_APP_TOKEN is set, else HTTP at /slack/events."""
     import os
 
+    from approvals.doctor import start_problem
     from approvals.logs import configure_logging
     from bot.app import check_settings
     from bot.server import serve_http, serve_socket_mode
-
-    from approvals.doctor import start_problem
 
     configure_logging(settings)
     check_settings(settings)
