@@ -34,6 +34,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from approvals.config import safe_url
 from approvals.errors import ArchiveError, CorruptRecord
 from approvals.models import Approval, approval_from_parts, decision_to_dict, result_to_dict
 from approvals.store import Finished, parse_audit_line
@@ -118,10 +119,55 @@ def upgrade(url: str) -> str:
         engine.dispose()
 
 
-def head_revision() -> str:
+def _scripts() -> ScriptDirectory:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    return str(ScriptDirectory.from_config(config).get_current_head())
+    return ScriptDirectory.from_config(config)
+
+
+def head_revision() -> str:
+    """The schema this version of approvals reads and writes (Alembic's head)."""
+    return str(_scripts().get_current_head())
+
+
+def schema_problem(url: str) -> str | None:
+    """Why the archive at ``url`` cannot be used, in one line that says what to run; None
+    when it answers at this version's schema. What ``approvals doctor`` and a starting
+    worker say, and what ``Archive.open`` refuses with."""
+    engine = sa.create_engine(engine_url(url))
+    try:
+        return _problem(engine, url)
+    finally:
+        engine.dispose()
+
+
+def _problem(engine: sa.Engine, url: str) -> str | None:
+    where = safe_url(url, hide_query=True)  # libpq takes a password in the query too
+    try:
+        with engine.connect() as connection:
+            found = MigrationContext.configure(connection).get_current_revision()
+    except sa.exc.SQLAlchemyError as exc:
+        return (
+            f"cannot reach the archive at {where}: {_first_line(exc)}; check "
+            "APPROVALS_ARCHIVE_URL and that the database is up"
+        )
+    head = head_revision()
+    if found == head:
+        return None
+    if found is None:
+        return (
+            f"the archive at {where} has no tables: run `approvals archive upgrade` "
+            "(with the same APPROVALS_ARCHIVE_URL) to create them"
+        )
+    if found in {script.revision for script in _scripts().walk_revisions()}:
+        return (
+            f"the archive at {where} is at schema {found}, behind this version's {head}: "
+            "run `approvals archive upgrade` to migrate it"
+        )
+    return (
+        f"the archive at {where} is at schema {found}, which this version does not know "
+        "(a newer approvals migrated it): run the newer version here too"
+    )
 
 
 @dataclass
@@ -132,20 +178,13 @@ class Archive:
 
     @classmethod
     def open(cls, url: str) -> Archive:
-        """``ArchiveError`` when it cannot be reached or its schema is not the newest."""
+        """``ArchiveError`` (saying what to do) when it cannot be reached or its schema is
+        not this version's."""
         engine = sa.create_engine(engine_url(url), pool_pre_ping=True)
-        try:
-            with engine.connect() as connection:
-                found = MigrationContext.configure(connection).get_current_revision()
-        except sa.exc.SQLAlchemyError as exc:
+        problem = _problem(engine, url)
+        if problem is not None:
             engine.dispose()
-            raise ArchiveError(f"cannot reach the archive: {_first_line(exc)}") from None
-        if found != head_revision():
-            engine.dispose()
-            raise ArchiveError(
-                f"the archive's schema is at {found or 'nothing'}, not {head_revision()}: "
-                "run `approvals archive upgrade`"
-            )
+            raise ArchiveError(problem)
         return cls(engine)
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ are counted without their usual clean-up).
   policy deletes keys, pending approvals included) and used memory against ``maxmemory``.
 - ``retention``: finished approvals Redis still holds, and what the retention sweep will
   free now (``approvals.retention``).
+- ``archive`` (with ``APPROVALS_ARCHIVE_URL`` only): it answers, at this version's schema.
 - ``slack``: ``auth.test`` with ``SLACK_BOT_TOKEN``.
 - ``scopes``: the token's scopes, from the ``X-OAuth-Scopes`` header of ``auth.test``.
 - ``channel``: ``APPROVALS_CHANNEL`` is set and Slack knows it.
@@ -81,7 +82,8 @@ Auth = SlackResponse | str
 
 def run_checks(settings: Settings) -> list[Check]:
     """Every check, in the order they are printed."""
-    return _redis_checks(settings) + _slack_checks(settings)
+    archive = [check_archive(settings)] if settings.archive_url else []
+    return _redis_checks(settings) + archive + _slack_checks(settings)
 
 
 def _redis_checks(settings: Settings) -> list[Check]:
@@ -314,6 +316,22 @@ def check_retention(conn: redis.Redis, settings: Settings) -> Check:
 
 #: Due this long ago and still in Redis: no worker runs the retention sweep.
 OVERDUE_RETENTION = 3600.0
+
+
+def check_archive(settings: Settings) -> Check:
+    """The archive answers at ``APPROVALS_ARCHIVE_URL`` with this version's schema (Alembic's
+    head); otherwise nothing leaves Redis, which grows until it is full."""
+    from approvals import archive
+
+    if not settings.archive_url:
+        return Check("archive", Level.OK, "no archive configured")
+    problem = archive.schema_problem(settings.archive_url)
+    if problem is not None:
+        return Check(
+            "archive", Level.FAIL, f"{problem}. Until then finished approvals stay in Redis"
+        )
+    where = safe_url(settings.archive_url, hide_query=True)
+    return Check("archive", Level.OK, f"{where} at schema {archive.head_revision()}")
 
 
 # ---------------------------------------------------------------------------------- RQ

@@ -31,6 +31,10 @@ _approval_id: ContextVar[str | None] = ContextVar("approval_id", default=None)
 
 #: Marks the handler ``configure_logging`` installed, so that calling it again replaces it.
 _OURS = "_approvals_handler"
+#: Libraries whose INFO lines say nothing an operator acts on: Alembic names the plugins it
+#: loads, and the database it found each time the archive's schema is checked (as a worker
+#: does when the archive is down, every retry).
+_QUIET_BELOW_WARNING = ("alembic",)
 
 
 @contextmanager
@@ -128,5 +132,7 @@ def configure_logging(settings: Settings, stream: TextIO | None = None) -> loggi
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.INFO)
+    for name in _QUIET_BELOW_WARNING:
+        logging.getLogger(name).setLevel(logging.WARNING)
     logging.captureWarnings(True)
     return handler

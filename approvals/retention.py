@@ -19,10 +19,16 @@ lets one worker at a time do it. Each step handles a small batch in one short Lu
 which checks again, atomically, that the approval is finished: the sweep never touches an
 approval that is not. A round stops after a bounded amount of work, so a large backlog is
 worked off over many rounds instead of holding a worker's CPU.
+
+An archive that cannot be used (down, or its schema not this version's) holds back records
+and outcomes, which stay in Redis, while histories still go. A worker says so once, loudly,
+at start-up, with the command that fixes it (``approvals doctor`` fails on it too), and the
+sweep tries the archive again once a minute, quietly.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from dataclasses import dataclass
@@ -32,9 +38,12 @@ import redis
 
 from approvals import lookup, store
 from approvals.config import Settings
+from approvals.errors import ArchiveError
 
 if TYPE_CHECKING:
     from approvals import archive
+
+log = logging.getLogger(__name__)
 
 #: Seconds between rounds of each worker.
 SWEEP_INTERVAL = 1.0
@@ -49,6 +58,9 @@ ROUND_SECONDS = 0.25
 SETTLE_SECONDS = 600.0
 #: How long a sweeping worker holds the lock; one that dies frees it after this.
 LOCK_SECONDS = 60
+#: Seconds between attempts to open an archive that could not be used: nothing is lost
+#: meanwhile (what it would receive stays in Redis), and each attempt is a connection.
+ARCHIVE_RETRY_SECONDS = 60
 
 
 @dataclass
@@ -72,9 +84,9 @@ class Swept:
 def sweep(conn: redis.Redis, settings: Settings, now: float | None = None) -> Swept:
     """One round: remove what is due, batch after batch, for at most ``ROUND_SECONDS``.
 
-    Does nothing while another worker holds the retention lock. Raises what the archive or
-    Redis raise (the background loop tries again next round); what a failed step had not
-    written to the archive is still in Redis.
+    Does nothing while another worker holds the retention lock. Raises what Redis, or an
+    archive failing in the middle of a write, raise (the background loop tries again next
+    round); what a failed step had not written to the archive is still in Redis.
     """
     token = secrets.token_hex(8)
     if not store.take_retention_lock(conn, token, LOCK_SECONDS):
@@ -86,15 +98,16 @@ def sweep(conn: redis.Redis, settings: Settings, now: float | None = None) -> Sw
 
 
 def _round(conn: redis.Redis, settings: Settings, now: float) -> Swept:
-    target = lookup.archive_of(settings)
+    target = usable_archive(settings)
+    # An archive that cannot be used keeps records and outcomes in Redis: nothing is lost.
+    waiting = settings.archive_url is not None and target is None
     stop = time.monotonic() + ROUND_SECONDS
     total = Swept()
     while True:
-        step = Swept(
-            histories=forget_histories(conn, settings, now),
-            approvals=forget_approvals(conn, settings, now, target),
-            runs=archive_runs(conn, target),
-        )
+        step = Swept(histories=forget_histories(conn, settings, now))
+        if not waiting:
+            step.approvals = forget_approvals(conn, settings, now, target)
+            step.runs = archive_runs(conn, target)
         total.add(step)
         if step.nothing or time.monotonic() > stop:
             return total
@@ -158,3 +171,62 @@ def backfill(conn: redis.Redis) -> int:
             noted += store.note_finished(conn, batch)
             batch = []
     return noted + store.note_finished(conn, batch)
+
+
+@dataclass
+class _ArchiveWatch:
+    """Why this process last found an archive unusable, and when to try it again."""
+
+    problem: str | None = None
+    retry_at: float = 0.0
+
+
+#: By archive URL.
+_watches: dict[str, _ArchiveWatch] = {}
+
+
+def usable_archive(settings: Settings) -> archive.Archive | None:
+    """The archive, when it is set and usable; None otherwise.
+
+    An archive that cannot be used (down, or never migrated) is said once, loudly, with
+    what to run, and tried again only every ``ARCHIVE_RETRY_SECONDS``, quietly; that it is
+    usable again is said once too.
+    """
+    if not settings.archive_url:
+        return None
+    watch = _watches.setdefault(settings.archive_url, _ArchiveWatch())
+    if watch.problem is not None and time.monotonic() < watch.retry_at:
+        return None
+    try:
+        found = lookup.archive_of(settings)
+    except ArchiveError as exc:
+        _unusable(watch, str(exc))
+        return None
+    if watch.problem is not None:
+        log.warning("the archive can be used again: finished approvals move there again")
+        watch.problem = None
+    return found
+
+
+def check_archive(settings: Settings) -> None:
+    """At a worker's start: say now, once and loudly, that the archive cannot be used, so
+    that the sweeps do not (with a connection of its own: a pool's workers fork after this,
+    and must not share one)."""
+    if settings.archive_url:
+        from approvals import archive
+
+        problem = archive.schema_problem(settings.archive_url)
+        if problem is not None:
+            _unusable(_watches.setdefault(settings.archive_url, _ArchiveWatch()), problem)
+
+
+def _unusable(watch: _ArchiveWatch, problem: str) -> None:
+    if watch.problem is None:
+        log.error(
+            "the archive cannot be used, so finished approvals stay in Redis, which keeps "
+            "growing: %s (retention tries it again every %d s)",
+            problem,
+            ARCHIVE_RETRY_SECONDS,
+        )
+    watch.problem = problem
+    watch.retry_at = time.monotonic() + ARCHIVE_RETRY_SECONDS

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
 
 from approvals import archive
 from tests.processes import free_port, wait_until
@@ -107,3 +109,37 @@ def wait_for_rows(url: str, count: int) -> None:
         wait_until(lambda: opened.count() >= count, 30, f"{count} approvals archived")
     finally:
         opened.close()
+
+
+def downgrade(url: str, revision: str = "base") -> None:
+    """Take the archive's schema back to ``revision`` with Alembic (``base``: no tables, as
+    a database where `approvals archive upgrade` never ran)."""
+    engine = sa.create_engine(archive.engine_url(url))
+    try:
+        with engine.begin() as connection:
+            config = Config()
+            config.set_main_option("script_location", str(archive.MIGRATIONS))
+            config.attributes["connection"] = connection
+            command.downgrade(config, revision)
+    finally:
+        engine.dispose()
+
+
+def newer_migrations(folder: Path) -> Path:
+    """A copy of the archive's migrations with one more revision (``9002``, a table of its
+    own) after the head: what a newer version of approvals would ship."""
+    copy = folder / "migrations"
+    shutil.copytree(archive.MIGRATIONS, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    head = archive.head_revision()
+    (copy / "versions" / "9002_newer.py").write_text(
+        '"""A newer version\'s revision."""\n\n'
+        "import sqlalchemy as sa\n"
+        "from alembic import op\n\n"
+        f'revision = "9002"\ndown_revision = "{head}"\n'
+        "branch_labels = None\ndepends_on = None\n\n\n"
+        "def upgrade() -> None:\n"
+        '    op.create_table("newer", sa.Column("id", sa.Integer, primary_key=True))\n\n\n'
+        "def downgrade() -> None:\n"
+        '    op.drop_table("newer")\n'
+    )
+    return copy

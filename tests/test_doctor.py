@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 import redis
+import sqlalchemy as sa
 from click.testing import CliRunner
 
-from approvals import deadlines, doctor, queue, retention, store
+from approvals import archive, deadlines, doctor, queue, retention, store
 from approvals.cli import cli
 from approvals.config import Settings, safe_url
 from approvals.doctor import Level
+from tests.archives import archive_url, downgrade, newer_migrations, postgres_server  # noqa: F401
 from tests.conftest import BOT_TOKEN
 from tests.processes import (
     ROOT,
@@ -159,6 +161,78 @@ def test_unreachable_redis_fails_without_printing_the_password(env, monkeypatch)
         lines[1:5], ("persistence", "queue", "workers", "scheduler"), strict=True
     ):
         assert line.split()[1] == name and "not checked, because the Redis check failed" in line
+
+
+# ---------------------------------------------------------------------------------- archive
+
+
+def _archive_line(output: str) -> str:
+    return next(line for line in output.splitlines() if line.split()[1:2] == ["archive"])
+
+
+def test_an_archive_never_upgraded_fails_naming_the_command_until_it_is(
+    env,
+    monkeypatch,
+    archive_url,  # noqa: F811
+):
+    """APPROVALS_ARCHIVE_URL set, `approvals archive upgrade` never run: FAIL (exit 1),
+    naming the command and that finished approvals stay in Redis; after it, ok."""
+    downgrade(archive_url)
+    monkeypatch.setenv("APPROVALS_ARCHIVE_URL", archive_url)
+    code, output = run_doctor()
+    line = _archive_line(output)
+    assert code == 1 and line.startswith("FAIL  archive"), output
+    assert "has no tables: run `approvals archive upgrade`" in line
+    assert "finished approvals stay in Redis" in line
+    assert CliRunner().invoke(cli, ["archive", "upgrade"]).exit_code == 0
+    line = _archive_line(run_doctor()[1])
+    assert line.startswith("ok    archive") and f"schema {archive.head_revision()}" in line
+
+
+def test_an_archive_behind_the_codes_schema_fails_until_it_is_migrated(
+    env,
+    monkeypatch,
+    tmp_path,
+    archive_url,  # noqa: F811
+):
+    """This version's migrations go one revision further than the archive (as after
+    upgrading approvals): FAIL naming both revisions and the command; after it, ok."""
+    monkeypatch.setattr(archive, "MIGRATIONS", newer_migrations(tmp_path))
+    monkeypatch.setenv("APPROVALS_ARCHIVE_URL", archive_url)
+    code, output = run_doctor()
+    line = _archive_line(output)
+    assert code == 1 and line.startswith("FAIL  archive"), output
+    assert "is at schema 0001, behind this version's 9002" in line
+    assert "run `approvals archive upgrade`" in line
+    upgraded = CliRunner().invoke(cli, ["archive", "upgrade"])
+    assert upgraded.exit_code == 0 and "schema 9002" in upgraded.output
+    assert _archive_line(run_doctor()[1]).startswith("ok    archive")
+
+
+def test_an_archive_a_newer_version_migrated_fails_and_says_so(env, monkeypatch, archive_url):  # noqa: F811
+    """A revision this version does not know: FAIL, saying a newer approvals migrated it
+    (upgrading here would not help)."""
+    engine = sa.create_engine(archive.engine_url(archive_url))
+    with engine.begin() as connection:
+        connection.execute(sa.text("UPDATE alembic_version SET version_num = '9002'"))
+    engine.dispose()
+    check = doctor.check_archive(
+        Settings.from_env(os.environ | {"APPROVALS_ARCHIVE_URL": archive_url})
+    )
+    assert check.level is Level.FAIL
+    assert "at schema 9002, which this version does not know" in check.message
+
+
+def test_an_unreachable_archive_fails_without_its_password(env, monkeypatch):
+    """Nothing listens where APPROVALS_ARCHIVE_URL points: FAIL, password hidden."""
+    url = f"postgresql://ops:s3cret@127.0.0.1:{free_port()}/approvals"
+    check = doctor.check_archive(Settings.from_env(os.environ | {"APPROVALS_ARCHIVE_URL": url}))
+    assert check.level is Level.FAIL and "cannot reach the archive at" in check.message
+    assert "ops:***@127.0.0.1" in check.message and "s3cret" not in check.message
+
+
+def test_without_an_archive_there_is_no_archive_check(env):
+    assert "archive" not in by_name(doctor.run_checks(Settings.from_env()))
 
 
 # ---------------------------------------------------------------------------------- RQ

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 
 import pytest
@@ -11,7 +12,6 @@ import redis
 
 from approvals import archive, outcomes, retention, store
 from approvals.config import Settings
-from approvals.errors import ArchiveError
 from approvals.models import (
     Approval,
     OnReject,
@@ -162,15 +162,47 @@ def test_the_archive_holds_what_redis_let_go(env, conn, archive_url):  # noqa: F
         stored.close()
 
 
-def test_an_unreachable_archive_keeps_everything_in_redis(env, conn, tmp_path):
+def test_an_unreachable_archive_keeps_records_and_trails_in_redis(env, conn, tmp_path):
+    """Only the history, which the archive never receives, leaves Redis."""
     settings = Settings(
         redis_url=env["REDIS_URL"], archive_url=f"sqlite:///{tmp_path}/missing/dir/a.db"
     )
     pause(conn, "kept2")
     finish(conn, "kept2")
-    with pytest.raises(ArchiveError):
-        retention.sweep(conn, settings, now=time.time() + 31 * DAY)
-    assert held(conn, "kept2") == {"record", "history", "audit"}
+    swept = retention.sweep(conn, settings, now=time.time() + 31 * DAY)
+    assert (swept.histories, swept.approvals, swept.runs) == (1, 0, 0)
+    assert held(conn, "kept2") == {"record", "audit"}
+
+
+def test_an_archive_without_its_tables_is_said_once_and_used_once_it_is_upgraded(
+    env, conn, tmp_path, caplog, monkeypatch
+):
+    """An archive never upgraded: one error naming `approvals archive upgrade` however many
+    rounds run, and records and outcomes stay in Redis; after the upgrade the next try
+    archives them, and says so once."""
+    monkeypatch.setattr(retention, "ARCHIVE_RETRY_SECONDS", 0)  # every round tries again
+    url = f"sqlite:///{tmp_path / 'archive.db'}"
+    settings = Settings(redis_url=env["REDIS_URL"], archive_url=url)
+    pause(conn, "kept3", run_id="run-3")
+    finish(conn, "kept3")
+    outcomes.finish_run(conn, settings, store.load(conn, "kept3"))
+    caplog.set_level(logging.INFO, logger="approvals.retention")
+    later = time.time() + 31 * DAY
+
+    retention.check_archive(settings)  # what a starting worker does
+    for _ in range(3):
+        swept = retention.sweep(conn, settings, now=later)
+        assert (swept.approvals, swept.runs) == (0, 0)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "has no tables: run `approvals archive upgrade`" in (
+        errors[0].getMessage()
+    )
+    assert held(conn, "kept3") == {"record", "audit"} and conn.zcard(store.ENDED_KEY) == 1
+
+    archive.upgrade(url)
+    swept = retention.sweep(conn, settings, now=later)
+    assert (swept.approvals, swept.runs) == (1, 1) and held(conn, "kept3") == set()
+    assert len([r for r in caplog.records if "can be used again" in r.getMessage()]) == 1
 
 
 def test_an_ended_runs_outcome_is_archived_soon_after_it_ends(env, conn, archive_url):  # noqa: F811

@@ -125,6 +125,7 @@ def _prepare(settings: Settings) -> None:
         raise ConfigError("APPROVALS_SIGNING_KEY is set: only the bot and the CLI may hold it")
     load_plugins(settings)
     configure_logging(settings)
+    retention.check_archive(settings)
     _warm(settings)
 
 

@@ -79,3 +79,32 @@ def test_a_running_worker_removes_what_finished_long_ago_and_nothing_else(env, c
         assert held(conn, "old-waiting") == {"record", "history", "audit"}
     finally:
         worker.stop()
+
+
+def _finished_a_month_ago(conn, approval_id: str) -> None:
+    pause(conn, approval_id)
+    finish(conn, approval_id)
+    for key in (store.FINISHED_KEY, store.FINISHED_HISTORY_KEY):
+        conn.zadd(key, {approval_id: time.time() - 31 * 24 * 3600})
+
+
+def test_a_worker_says_once_at_start_that_its_archive_was_never_upgraded(env, conn, tmp_path):
+    """APPROVALS_ARCHIVE_URL names a database `approvals archive upgrade` never ran on: the
+    worker says so once, before it takes jobs, naming the command; round after round of the
+    sweep (each one seen removing a history) adds no line, and every record stays."""
+    worker_env = {**env, "APPROVALS_ARCHIVE_URL": f"sqlite:///{tmp_path / 'archive.db'}"}
+    worker = start_worker(worker_env, tmp_path / "worker.log", f"w-archive-{os.getpid()}")
+    try:
+        wait_for_workers(env, [worker], 1)
+        for n in range(3):  # one round of the sweep each, a second apart
+            _finished_a_month_ago(conn, f"done-{n}")
+            wait_until(lambda n=n: held(conn, f"done-{n}") == {"record", "audit"}, 20, "a round")
+        log = worker.output()
+    finally:
+        worker.stop()
+    said = [line for line in log.splitlines() if "the archive cannot be used" in line]
+    assert len(said) == 1 and " ERROR " in said[0], log
+    assert "has no tables: run `approvals archive upgrade`" in said[0]
+    assert log.index(said[0]) < log.index("Listening on"), log
+    assert "Traceback" not in log and "round failed" not in log, log
+    assert all(held(conn, f"done-{n}") == {"record", "audit"} for n in range(3))
