@@ -67,9 +67,11 @@ class Sandbox:
         self.link = BotLink(self.workspace, self.signing_secret, socket_mode=socket_mode)
         self._actions: dict[str, Action] = {
             "/sandbox/click": lambda user, b: self.link.click(
-                user, b["container"], b["action"], b.get("state")
+                user, _object(b, "container"), _object(b, "action"), b.get("state")
             ),
-            "/sandbox/submit": lambda user, b: self.link.submit(user, b.get("values") or {}),
+            "/sandbox/submit": lambda user, b: self.link.submit(
+                user, _object({"values": b.get("values") or {}}, "values")
+            ),
             "/sandbox/close": self._close,
             "/sandbox/send": self._send,
             "/sandbox/home": lambda user, b: self.link.open_home(user),
@@ -187,3 +189,11 @@ class Sandbox:
             return self.link.command(user, channel, text, thread)
         self.workspace.post_as_user(user, channel, text, thread)
         return Outcome(True)
+
+
+def _object(body: dict[str, Any], name: str) -> dict[str, Any]:
+    """``body[name]``, which must be a JSON object (``TypeError``, a 400, when it is not)."""
+    value = body[name]
+    if not isinstance(value, dict):
+        raise TypeError(f"{name} must be an object")
+    return value

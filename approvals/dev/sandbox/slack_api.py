@@ -49,6 +49,7 @@ import copy
 import itertools
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -775,6 +776,10 @@ class SlackStandIn:
 # ---------------------------------------------------------------------- HTTP plumbing
 
 
+#: The largest request body read: Slack's payloads (views) are a few hundred kB at most.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
 class _Server(ThreadingHTTPServer):
     """``ThreadingHTTPServer`` (daemon threads) that knows its stand-in."""
 
@@ -785,9 +790,20 @@ class _Server(ThreadingHTTPServer):
 
     standin: SlackStandIn
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that left before its answer was written (a page closed or reloaded) is
+        not an error worth a traceback; anything else is."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
-    """Reads the whole request, lets the stand-in answer it, writes the answer."""
+    """Reads the whole request, lets the stand-in answer it, writes the answer.
+
+    A method HTTP defines but the stand-in does not serve gets 405 (``http.server`` answers
+    501 to any method without a ``do_`` handler, which is right only for methods it does
+    not recognize); a body whose length is not a number, too big, or chunked gets a 4xx.
+    """
 
     protocol_version = "HTTP/1.1"
     timeout = 30
@@ -799,10 +815,30 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._serve("GET")
 
+    def _not_allowed(self) -> None:
+        self._write(Reply.text("method_not_allowed", 405, {"Allow": "GET, POST"}))
+
+    do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
+
     def _serve(self, verb: str) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        reply = self.server.standin._reply_to(verb, self.path, self.headers, body)
+        body = self._body()
+        if isinstance(body, Reply):
+            self.close_connection = True  # what is left of the body is not read
+            self._write(body)
+            return
+        self._write(self.server.standin._reply_to(verb, self.path, self.headers, body))
+
+    def _body(self) -> bytes | Reply:
+        if self.headers.get("Transfer-Encoding"):
+            return Reply.text("length_required", 411)
+        declared = str(self.headers.get("Content-Length") or "0").strip()
+        if not (declared.isascii() and declared.isdigit()):
+            return Reply.text("invalid_content_length", 400)
+        if int(declared) > MAX_BODY_BYTES:
+            return Reply.text("request_too_large", 413)
+        return self.rfile.read(int(declared)) if int(declared) else b""
+
+    def _write(self, reply: Reply) -> None:
         try:
             self.send_response(reply.status)
             self.send_header("Content-Type", reply.content_type)
@@ -810,7 +846,8 @@ class _Handler(BaseHTTPRequestHandler):
             for name, value in reply.headers.items():
                 self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(reply.body)
+            if self.command != "HEAD":
+                self.wfile.write(reply.body)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client left (a page that was closed or reloaded)
 
@@ -836,7 +873,10 @@ def _parse_args(content_type: str, query: str, body: bytes) -> dict[str, Any]:
                 raise ApiError("invalid_json")
             args.update(parsed)
         else:
-            form = parse_qs(body.decode("utf-8"), keep_blank_values=True)
+            try:
+                form = parse_qs(body.decode("utf-8"), keep_blank_values=True)
+            except UnicodeDecodeError as exc:
+                raise ApiError("invalid_form_data", "the body is not UTF-8") from exc
             args.update({k: v[0] for k, v in form.items()})
     _decode_json_strings(args)
     return args

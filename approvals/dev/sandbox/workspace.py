@@ -181,10 +181,10 @@ class SandboxSlack(SlackStandIn):
 
     def dismiss(self, user: str, ephemeral_id: int) -> None:
         with self._lock:
-            self._private = [
-                e for e in self._private if not (e.id == ephemeral_id and e.user == user)
-            ]
-        self._changed()
+            kept = [e for e in self._private if not (e.id == ephemeral_id and e.user == user)]
+            gone, self._private = len(kept) < len(self._private), kept
+        if gone:
+            self._changed()
 
     def issue_trigger(self, user: str) -> str:
         """A trigger id for one interaction, as Slack puts in each click's payload."""
@@ -226,8 +226,9 @@ class SandboxSlack(SlackStandIn):
 
     def close_modal(self, user: str) -> None:
         with self._lock:
-            self._modals.pop(user, None)
-        self._changed()
+            closed = self._modals.pop(user, None)
+        if closed is not None:
+            self._changed()
 
     # ------------------------------------------------------------------ Web API overrides
 
@@ -241,8 +242,8 @@ class SandboxSlack(SlackStandIn):
 
     def _handle(self, verb: str, path: str, headers: Any, body: bytes) -> Reply:
         reply = super()._handle(verb, path, headers, body)
-        if path.startswith(("/api/", "/response/")):
-            self._changed()
+        if path.startswith(("/api/", "/response/")) and _accepted(reply):
+            self._changed()  # a refused call (no token, a bad argument) changed nothing
         return reply
 
     def _handle_other(self, verb: str, path: str, headers: Any, body: bytes) -> Reply:
@@ -379,3 +380,13 @@ class SandboxSlack(SlackStandIn):
 def _blocks_of(args: dict[str, Any]) -> list[dict[str, Any]]:
     blocks = args.get("blocks")
     return list(blocks) if isinstance(blocks, list) else []
+
+
+def _accepted(reply: Reply) -> bool:
+    """Whether the Web API or a response URL took a request: Slack answers an API call it
+    refuses with ``"ok": false`` (and HTTP 200), a response URL with a 4xx."""
+    if reply.status >= 400:
+        return False
+    if not reply.content_type.startswith("application/json"):
+        return True
+    return bool(json.loads(reply.body).get("ok"))
