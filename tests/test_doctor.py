@@ -170,6 +170,15 @@ def _archive_line(output: str) -> str:
     return next(line for line in output.splitlines() if line.split()[1:2] == ["archive"])
 
 
+def _failing_archive(monkeypatch: pytest.MonkeyPatch, url: str) -> str:
+    """``approvals doctor`` with APPROVALS_ARCHIVE_URL=url: exit 1; its archive line, a FAIL."""
+    monkeypatch.setenv("APPROVALS_ARCHIVE_URL", url)
+    code, output = run_doctor()
+    line = _archive_line(output)
+    assert code == 1 and line.startswith("FAIL  archive"), output
+    return line
+
+
 def test_an_archive_never_upgraded_fails_naming_the_command_until_it_is(
     env,
     monkeypatch,
@@ -178,10 +187,7 @@ def test_an_archive_never_upgraded_fails_naming_the_command_until_it_is(
     """APPROVALS_ARCHIVE_URL set, `approvals archive upgrade` never run: FAIL (exit 1),
     naming the command and that finished approvals stay in Redis; after it, ok."""
     downgrade(archive_url)
-    monkeypatch.setenv("APPROVALS_ARCHIVE_URL", archive_url)
-    code, output = run_doctor()
-    line = _archive_line(output)
-    assert code == 1 and line.startswith("FAIL  archive"), output
+    line = _failing_archive(monkeypatch, archive_url)
     assert "has no tables: run `approvals archive upgrade`" in line
     assert "finished approvals stay in Redis" in line
     assert CliRunner().invoke(cli, ["archive", "upgrade"]).exit_code == 0
@@ -198,10 +204,7 @@ def test_an_archive_behind_the_codes_schema_fails_until_it_is_migrated(
     """This version's migrations go one revision further than the archive (as after
     upgrading approvals): FAIL naming both revisions and the command; after it, ok."""
     monkeypatch.setattr(archive, "MIGRATIONS", newer_migrations(tmp_path))
-    monkeypatch.setenv("APPROVALS_ARCHIVE_URL", archive_url)
-    code, output = run_doctor()
-    line = _archive_line(output)
-    assert code == 1 and line.startswith("FAIL  archive"), output
+    line = _failing_archive(monkeypatch, archive_url)
     assert "is at schema 0001, behind this version's 9002" in line
     assert "run `approvals archive upgrade`" in line
     upgraded = CliRunner().invoke(cli, ["archive", "upgrade"])
@@ -209,7 +212,7 @@ def test_an_archive_behind_the_codes_schema_fails_until_it_is_migrated(
     assert _archive_line(run_doctor()[1]).startswith("ok    archive")
 
 
-def test_an_archive_a_newer_version_migrated_fails_and_says_so(env, monkeypatch, archive_url):  # noqa: F811
+def test_an_archive_a_newer_version_migrated_fails_and_says_so(env, archive_url):  # noqa: F811
     """A revision this version does not know: FAIL, saying a newer approvals migrated it
     (upgrading here would not help)."""
     engine = sa.create_engine(archive.engine_url(archive_url))
@@ -223,7 +226,7 @@ def test_an_archive_a_newer_version_migrated_fails_and_says_so(env, monkeypatch,
     assert "at schema 9002, which this version does not know" in check.message
 
 
-def test_an_unreachable_archive_fails_without_its_password(env, monkeypatch):
+def test_an_unreachable_archive_fails_without_its_password(env):
     """Nothing listens where APPROVALS_ARCHIVE_URL points: FAIL, password hidden."""
     url = f"postgresql://ops:s3cret@127.0.0.1:{free_port()}/approvals"
     check = doctor.check_archive(Settings.from_env(os.environ | {"APPROVALS_ARCHIVE_URL": url}))
@@ -232,6 +235,7 @@ def test_an_unreachable_archive_fails_without_its_password(env, monkeypatch):
 
 
 def test_without_an_archive_there_is_no_archive_check(env):
+    """The archive is checked only where one is configured."""
     assert "archive" not in by_name(doctor.run_checks(Settings.from_env()))
 
 
