@@ -110,16 +110,16 @@ def _redis_checks(settings: Settings) -> list[Check]:
 
 
 def start_problem(settings: Settings) -> str | None:
-    """Why a service cannot start, in the words of the ``redis`` and ``slack`` checks:
-    Redis does not answer or refuses, or Slack does not answer or refuses the bot token;
+    """Why a service cannot start, in the words of the ``redis``, ``slack`` and ``socket``
+    checks: Redis does not answer or refuses, or Slack does not answer or refuses a token;
     None when both answer. ``approvals bot`` asks before it serves."""
     conn = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=5)
     try:
-        found = check_redis(conn, settings)
+        conn.ping()  # not INFO, as the check does: an ACL user without @dangerous may not
+    except redis.RedisError as exc:
+        return redis_problem(settings, exc)
     finally:
         conn.close()
-    if found.level is Level.FAIL:
-        return found.message
     auth = slack_auth(settings)
     if isinstance(auth, str):
         return auth
