@@ -37,6 +37,16 @@ def _tool(name: str) -> str | None:
     return shutil.which(name, path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
 
 
+def _needed(name: str, why: str) -> str:
+    """A tool outside the venv: CI must have it; elsewhere its test is skipped without it."""
+    found = _tool(name)
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    return found
+
+
 def _manifests() -> list[dict[str, Any]]:
     resources = []
     for path in sorted(KUBERNETES.glob("*.yaml")):
@@ -128,15 +138,27 @@ def test_the_kustomization_applies_every_manifest() -> None:
     assert set(kustomization["resources"]) == files
 
 
+def test_kustomize_renders_every_manifest_labelled() -> None:
+    """`kubectl kustomize` renders the folder: every manifest, each labelled as approvals'."""
+    kubectl = _needed("kubectl", "kubectl is not installed (the machine image ships it)")
+    rendered = subprocess.run(
+        [kubectl, "kustomize", str(KUBERNETES)], capture_output=True, text=True
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    resources = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
+    assert sorted(_names(resources)) == sorted(_names(_manifests()))
+    for resource in resources:
+        assert resource["metadata"]["labels"]["app.kubernetes.io/part-of"] == "approvals"
+
+
+def _names(resources: list[dict[str, Any]]) -> list[str]:
+    return [f"{r['kind']}/{r['metadata']['name']}" for r in resources]
+
+
 def test_the_compose_file_passes_docker_compose_config(tmp_path: Path) -> None:
     """Debian's docker-compose accepts compose.yaml, with the ha profile too, given an
     environment made from env.example."""
-    compose = _tool("docker-compose")
-    if compose is None:
-        why = "Debian's docker-compose is not installed (.ci/run installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+    compose = _needed("docker-compose", "Debian's docker-compose is missing (.ci/run installs it)")
     project = tmp_path / "deploy"
     project.mkdir()
     shutil.copy(DEPLOY / "compose.yaml", project / "compose.yaml")
