@@ -132,9 +132,7 @@ def test_create_then_read_and_report_by_the_links(
             _shorten_wait(case)
 
     machine: type[APIStateMachine] = Workflow
-    machine.run(
-        settings=settings(machine.TestCase.settings, max_examples=8, stateful_step_count=4)
-    )
+    machine.run(settings=settings(machine.TestCase.settings, max_examples=8, stateful_step_count=4))
 
 
 def _shorten_wait(case: schemathesis.Case) -> None:
