@@ -78,6 +78,9 @@ def build_app(settings: Settings) -> FastAPI:
         redoc_url=None,
         lifespan=lifespan,
         default_response_class=JSONAnswer,
+        # A path with a trailing slash is a 404 like any unknown path, not a redirect to a
+        # Location built from the request's own Host header.
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.conn = store.connect(settings)

@@ -2,15 +2,17 @@
 field).
 
 Strict JSON is RFC 8259 in UTF-8 and nothing more: Python's parser also takes ``NaN`` and
-``Infinity`` (which would come back as something else), and keeps the last of two equal keys
-(which would hide what the caller sent); both are refused at the door, and so is a body that
-nests objects and arrays deeper than ``MAX_DEPTH``. Caps on every field keep one caller from
-filling Redis or a card; the whole body is capped before it is read (``api.size``).
+``Infinity``, turns ``1e999`` into infinity (each would come back as something else), and
+keeps the last of two equal keys (which would hide what the caller sent); all are refused at
+the door, and so is a body that nests objects and arrays deeper than ``MAX_DEPTH``. Caps on
+every field keep one caller from filling Redis or a card; the whole body is capped before it
+is read (``api.size``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
@@ -57,7 +59,12 @@ def read_json(raw: bytes) -> Any:
         HTTPException: 422 with the ``Invalid`` body, naming the top field that nests too deep.
     """
     try:
-        value = json.loads(raw.decode("utf-8"), parse_constant=_constant, object_pairs_hook=_object)
+        value = json.loads(
+            raw.decode("utf-8"),
+            parse_constant=_constant,
+            parse_float=_finite,
+            object_pairs_hook=_object,
+        )
     except RecursionError:
         raise _refused(["body"], f"nests deeper than {MAX_DEPTH} levels", "json_too_deep") from None
     except ValueError as exc:  # not UTF-8, not JSON, NaN or Infinity, a repeated key
@@ -70,6 +77,13 @@ def read_json(raw: bytes) -> Any:
 
 def _constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is too large for a number")
+    return value
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ request changed nothing" can be read off the whole database, and fuzzers post no
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -21,8 +22,10 @@ import redis
 
 from approvals import store
 from approvals.client import Client
+from approvals.models import DecisionKind, decision_to_dict
 from approvals.tokens import create_token
 from tests.conftest import BOT_TOKEN, CHANNEL, SIGNING_SECRET, RedisServer
+from tests.factories import make_decision
 from tests.processes import (
     Process,
     bot_url,
@@ -147,12 +150,23 @@ class LoneApi:
     def token(self, agent: str, tools: tuple[str, ...] = ()) -> str:
         return create_token(self.conn, agent, tools)[1]
 
+    def decide(self, approval_id: str, arguments: dict[str, Any], **fields: Any) -> None:
+        """Mark an approval approved with ``arguments`` by writing Redis directly, as any
+        version could have (no bot here to click)."""
+        decision = make_decision(DecisionKind.APPROVE, arguments=arguments, **fields)
+        key = store.approval_key(approval_id)
+        self.conn.hset(key, "decision", json.dumps(decision_to_dict(decision)))
+        self.conn.hset(key, "status", "approved")
+
     def state(self) -> dict[bytes, Any]:
         """Every key of its database DUMPed but the tokens' request counters (a refused
         request with a valid token still counts against its rate)."""
         rate = f"{store.PREFIX}rate:".encode()
         keys = sorted(k for k in self.conn.keys("*") if not k.startswith(rate))
-        return {key: self.conn.dump(key) for key in keys}
+        pipe = self.conn.pipeline(transaction=False)
+        for key in keys:
+            pipe.dump(key)
+        return dict(zip(keys, pipe.execute(), strict=True))
 
 
 @pytest.fixture(scope="package")
