@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
@@ -78,8 +78,6 @@ class ResultAnswer(BaseModel):
 
 class ApprovalAnswer(BaseModel):
     """An approval as its caller sees it (``approvals.external.answer``)."""
-
-    model_config = ConfigDict(title="Approval")
 
     id: str = Field(pattern=r"^[0-9a-f]{16}$")
     status: Status

@@ -124,7 +124,7 @@ def test_create_then_read_and_report_by_the_links(
     """Stateful: create, then follow the document's links to read it and report a result,
     each answer held to the document (the result of an undecided approval is a 409)."""
 
-    class Workflow(SCHEMA.as_state_machine()):  # type: ignore[misc]
+    class Workflow(SCHEMA.as_state_machine()):
         def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
             return {"base_url": lone_api.url, "headers": authorized, "timeout": 30}
 
