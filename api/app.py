@@ -17,10 +17,20 @@ import redis.asyncio as redis_async
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.answers import (
+    ApprovalAnswer,
+    ApprovalList,
+    JSONAnswer,
+    invalid_arguments,
+    invalid_request,
+    problem,
+    refusals,
+    refused,
+)
 from api.auth import authenticate, check_may_ask
-from api.bodies import MAX_WAIT, ApprovalBody, ResultBody
+from api.bodies import MAX_WAIT, ApprovalBody, ResultBody, StrictJSONRoute
 from api.mcp_server import build_server
 from api.size import BodySizeLimit
 from approvals import external, store
@@ -67,11 +77,17 @@ def build_app(settings: Settings) -> FastAPI:
         docs_url="/v1/docs",
         redoc_url=None,
         lifespan=lifespan,
+        default_response_class=JSONAnswer,
+        # A path with a trailing slash is a 404 like any unknown path, not a redirect to a
+        # Location built from the request's own Host header.
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.conn = store.connect(settings)
-    app.add_exception_handler(InvalidArguments, _invalid_arguments)
-    app.add_exception_handler(RequestValidationError, _invalid_body)
+    app.add_exception_handler(StarletteHTTPException, refused)
+    app.add_exception_handler(InvalidArguments, invalid_arguments)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.router.route_class = StrictJSONRoute
     _routes(app)
     # MCP over streamable HTTP at /mcp: its tools call this API with the client's own token.
     app.router.routes.extend(mcp_app.routes)
@@ -80,13 +96,47 @@ def build_app(settings: Settings) -> FastAPI:
 
 
 def _routes(app: FastAPI) -> None:
-    app.post("/v1/approvals", status_code=201)(create_approval)
-    app.get("/v1/approvals")(list_approvals)
-    app.get("/v1/approvals/{approval_id}")(get_approval)
-    app.post("/v1/approvals/{approval_id}/result")(post_result)
+    """The routes, each with every answer it can give in the OpenAPI document."""
+    by_id = {"approval_id": "$response.body#/id"}
+    app.post(
+        "/v1/approvals",
+        status_code=201,
+        operation_id="create_approval",
+        response_model=None,
+        responses={
+            201: {
+                "model": ApprovalAnswer,
+                "description": "Asked (or, for a known idempotency_key, asked before).",
+                "headers": {"Idempotent-Replayed": {"schema": {"type": "string"}}},
+                "links": {
+                    "GetApproval": {"operationId": "get_approval", "parameters": by_id},
+                    "PostResult": {"operationId": "post_result", "parameters": by_id},
+                },
+            },
+            **refusals(401, 403, 413, 422, 429, 503),
+        },
+    )(create_approval)
+    app.get(
+        "/v1/approvals",
+        operation_id="list_approvals",
+        response_model=None,
+        responses={200: {"model": ApprovalList}, **refusals(401, 413, 422, 429)},
+    )(list_approvals)
+    app.get(
+        "/v1/approvals/{approval_id}",
+        operation_id="get_approval",
+        response_model=None,
+        responses={200: {"model": ApprovalAnswer}, **refusals(401, 404, 413, 422, 429)},
+    )(get_approval)
+    app.post(
+        "/v1/approvals/{approval_id}/result",
+        operation_id="post_result",
+        response_model=None,
+        responses={200: {"model": ApprovalAnswer}, **refusals(401, 404, 409, 413, 422, 429)},
+    )(post_result)
 
 
-def create_approval(body: ApprovalBody, token: Auth, request: Request) -> JSONResponse:
+def create_approval(body: ApprovalBody, token: Auth, request: Request) -> JSONAnswer:
     """Ask for a decision; the same ``idempotency_key`` returns the same approval (also 201,
     with ``Idempotent-Replayed: true``, so a retrying client needs no second case)."""
     check_may_ask(token, body.agent, body.tool)
@@ -95,10 +145,10 @@ def create_approval(body: ApprovalBody, token: Auth, request: Request) -> JSONRe
         approval, created = external.ask(request.app.state.conn, settings, _request(body, token))
     except PolicyError as exc:  # fail closed: nothing is asked while the rules are broken
         raise HTTPException(503, f"the approval policy cannot be applied: {exc}") from None
-    except ConfigError as exc:
-        raise HTTPException(422, str(exc)) from None
+    except ConfigError as exc:  # no channel in the body, and none set
+        raise HTTPException(422, [problem(["body", "channel"], str(exc), "missing")]) from None
     headers = {} if created else {"Idempotent-Replayed": "true"}
-    return JSONResponse(external.answer(approval), status_code=201, headers=headers)
+    return JSONAnswer(external.answer(approval), status_code=201, headers=headers)
 
 
 def _request(body: ApprovalBody, token: Token) -> external.ExternalRequest:
@@ -186,27 +236,3 @@ def _owned(conn: redis.Redis, approval_id: str, token: Token) -> Approval:
     if not approval.external or approval.agent != token.agent:
         raise HTTPException(404, "no such approval")
     return approval
-
-
-async def _invalid_body(request: Request, exc: Exception) -> JSONResponse:
-    """422 naming each field and what is wrong, without echoing the input back (it may be
-    bytes that are not JSON, or a secret)."""
-    assert isinstance(exc, RequestValidationError)
-    detail = [
-        {
-            "loc": list(error.get("loc", ())),
-            "msg": str(error.get("msg", "")),
-            "type": error.get("type"),
-        }
-        for error in exc.errors()
-    ]
-    return JSONResponse({"detail": detail}, status_code=422)
-
-
-async def _invalid_arguments(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, InvalidArguments)
-    detail = [
-        {"loc": ["body", "arguments", *([] if name == "_" else [name])], "msg": message}
-        for name, message in exc.errors.items()
-    ]
-    return JSONResponse({"detail": detail}, status_code=422)

@@ -1,22 +1,116 @@
-"""The shapes of the API's request bodies, checked by pydantic (a 422 names the field).
+"""The API's request bodies: read as strict JSON, then checked by pydantic (a 422 names the
+field).
 
-Caps on every field keep one caller from filling Redis or a card; the whole body is capped
-before it is read (``api.size``).
+Strict JSON is RFC 8259 in UTF-8 and nothing more: Python's parser also takes ``NaN`` and
+``Infinity``, turns ``1e999`` into infinity (each would come back as something else), and
+keeps the last of two equal keys (which would hide what the caller sent); all are refused at
+the door, and so is a body that nests objects and arrays deeper than ``MAX_DEPTH``. Caps on
+every field keep one caller from filling Redis or a card; the whole body is capped before it
+is read (``api.size``).
 """
 
 from __future__ import annotations
 
+import json
+import math
+from collections import Counter
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
+from fastapi import HTTPException, Request, Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
+
+from api.answers import problem
 
 #: The longest wait of one ``GET ...?wait=`` (a caller asks again for more).
 MAX_WAIT = 60.0
 #: The longest an approval may stay open.
 MAX_EXPIRES_IN = 30 * 24 * 3600.0
+#: How deep objects and arrays may nest in a body, the body itself being the first level:
+#: room for any real tool's arguments, and far from the depth at which parsing, validating or
+#: storing a value would run out of stack.
+MAX_DEPTH = 32
 
-_Name = Field(min_length=1, max_length=200)
 _Names = Field(default=None, max_length=100)
+
+
+class StrictJSONRoute(APIRoute):
+    """A route whose JSON body is read by ``read_json`` (FastAPI's custom route class)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handle(_StrictJSONRequest(request.scope, request.receive))
+
+        return strict
+
+
+class _StrictJSONRequest(Request):
+    async def json(self) -> Any:
+        return read_json(await self.body())
+
+
+def read_json(raw: bytes) -> Any:
+    """The value of a strict JSON body.
+
+    Raises:
+        HTTPException: 422 with the ``Invalid`` body, naming the top field that nests too deep.
+    """
+    try:
+        value = json.loads(
+            raw.decode("utf-8"),
+            parse_constant=_constant,
+            parse_float=_finite,
+            object_pairs_hook=_object,
+        )
+    except RecursionError:
+        raise _refused(["body"], f"nests deeper than {MAX_DEPTH} levels", "json_too_deep") from None
+    except ValueError as exc:  # not UTF-8, not JSON, NaN or Infinity, a repeated key
+        raise _refused(["body"], f"not strict JSON: {exc}", "json_invalid") from None
+    where = _too_deep(value)
+    if where is not None:
+        raise _refused(["body", *where], f"nests deeper than {MAX_DEPTH} levels", "json_too_deep")
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is too large for a number")
+    return value
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        twice = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
+        raise ValueError(f"an object has the key {twice[:100]!r} twice")
+    return value
+
+
+def _too_deep(value: Any) -> list[str | int] | None:
+    """The top field (``[]``: the body itself) under which containers nest deeper than
+    ``MAX_DEPTH``; None when none do. Walked without recursion."""
+    stack: list[tuple[Any, int, list[str | int]]] = [(value, 1, [])]
+    while stack:
+        node, depth, top = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        if depth > MAX_DEPTH:
+            return top
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        stack.extend((item, depth + 1, top or [key]) for key, item in items)
+    return None
+
+
+def _refused(loc: list[str | int], msg: str, kind: str) -> HTTPException:
+    return HTTPException(422, [problem(loc, msg, kind)])
 
 
 class ApprovalBody(BaseModel):

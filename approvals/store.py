@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -901,8 +902,10 @@ async def wait_answer(aconn: redis_async.Redis, approval_id: str, block: float) 
     until the approval's caller is woken; True when it was, or had been already.
 
     Read from the stream's start, so a decision made just before the read is not missed.
+    The block is rounded up to a whole millisecond: Redis reads ``BLOCK 0`` as "forever".
     """
-    found = await aconn.xread({answer_key(approval_id): "0"}, count=1, block=int(block * 1000))
+    milliseconds = max(1, math.ceil(block * 1000))
+    found = await aconn.xread({answer_key(approval_id): "0"}, count=1, block=milliseconds)
     return bool(found)
 
 

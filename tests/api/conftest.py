@@ -1,21 +1,31 @@
 """One stack for all of tests/api: a private Redis database, the bot, a worker and
 ``approvals api``, all real processes. Tests tell their approvals apart by id and use tokens
-of their own agents, so they share it (three processes per test would cost most of the time)."""
+of their own agents, so they share it (three processes per test would cost most of the time).
+
+The tests of the API's edge (hostile input, the OpenAPI contract) use ``lone_api`` instead:
+``approvals api`` alone on a database of its own. Nothing else writes there, so "a refused
+request changed nothing" can be read off the whole database, and fuzzers post no cards.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import redis
 
+from approvals import store
 from approvals.client import Client
+from approvals.models import DecisionKind, decision_to_dict
 from approvals.tokens import create_token
 from tests.conftest import BOT_TOKEN, CHANNEL, SIGNING_SECRET, RedisServer
+from tests.factories import make_decision
 from tests.processes import (
     Process,
     bot_url,
@@ -129,3 +139,55 @@ def stack(
         if os.environ.get("API_STACK_LOGS"):
             for process in processes:
                 sys.stderr.write(f"\n----- {process.log.name} -----\n{process.output()[-4000:]}\n")
+
+
+@dataclass
+class LoneApi:
+    url: str
+    conn: redis.Redis
+    process: Process
+
+    def token(self, agent: str, tools: tuple[str, ...] = ()) -> str:
+        return create_token(self.conn, agent, tools)[1]
+
+    def decide(self, approval_id: str, arguments: dict[str, Any], **fields: Any) -> None:
+        """Mark an approval approved with ``arguments`` by writing Redis directly, as any
+        version could have (no bot here to click)."""
+        decision = make_decision(DecisionKind.APPROVE, arguments=arguments, **fields)
+        key = store.approval_key(approval_id)
+        self.conn.hset(key, "decision", json.dumps(decision_to_dict(decision)))
+        self.conn.hset(key, "status", "approved")
+
+    def state(self) -> dict[bytes, Any]:
+        """Every key of its database DUMPed but the tokens' request counters (a refused
+        request with a valid token still counts against its rate)."""
+        rate = f"{store.PREFIX}rate:".encode()
+        keys = sorted(k for k in self.conn.keys("*") if not k.startswith(rate))
+        pipe = self.conn.pipeline(transaction=False)
+        for key in keys:
+            pipe.dump(key)
+        return dict(zip(keys, pipe.execute(), strict=True))
+
+
+@pytest.fixture(scope="package")
+def lone_api(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LoneApi]:
+    """``approvals api`` with no bot and no worker, on a database of its own."""
+    folder = tmp_path_factory.mktemp("lone-api")
+    env = {
+        "REDIS_URL": redis_server.new_db(),
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "APPROVALS_CHANNEL": CHANNEL,
+        "LLM_USER_PATH": str(folder / "llm"),
+        # The fuzzers send many requests a minute from one token.
+        "APPROVALS_API_RATE_LIMIT": "100000",
+    }
+    api, url = start_api(env, folder / "api.log")
+    conn = redis.Redis.from_url(env["REDIS_URL"])
+    try:
+        yield LoneApi(url, conn, api)
+    finally:
+        api.stop()
+        conn.close()
