@@ -6,6 +6,7 @@ through here, so a decision has the same rules and the same effects wherever it 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -302,7 +303,7 @@ def retry(
     )
     if not moved.ok:
         raise NotAllowed("someone else retried it first")
-    _carry_out_now(conn, settings, approval_id)
+    _follow(conn, approval_id, settings)
     return store.load(conn, approval_id)
 
 
@@ -406,6 +407,9 @@ def _sign(
 #: redraws it at once; this is for a decider that could not).
 SHOW_AFTER = 30
 
+#: ``finished_by`` on a decision's audit entry that recovery wrote, not its decider.
+LATE = "recovery"
+
 #: What the audit says of a receipt the decider owed and a worker could not sign.
 UNSIGNED = (
     "receipt could not be signed: the process that decided stopped before it signed one, "
@@ -421,20 +425,31 @@ def _after_decision(
     approvers: tuple[str, ...] = (),
 ) -> None:
     """What follows a decision, by its decider: sign its receipt (the decider witnessed the
-    decision: only it holds the key), then carry out what the decision left owed.
+    decision: only it holds the key), then carry out what the decision left owed."""
+    sign = functools.partial(_signature, settings, approval, decision, approvers)
+    _follow(conn, approval.id, settings, sign)
 
-    Whatever fails here leaves the decision recorded, and its after-steps owed: a worker's
-    recovery carries them out later (``complete``), so it is logged and not raised.
+
+def _follow(
+    conn: redis.Redis,
+    approval_id: str,
+    settings: Settings,
+    sign: Callable[[], dict[str, str]] = dict,
+) -> None:
+    """Carry out what a decision (or a Retry) left owed, keeping the receipt ``sign`` makes.
+
+    Whatever fails here leaves the decision recorded, and what follows it owed: a worker's
+    recovery carries it out later (``complete``), so it is logged and not raised.
     """
     try:
-        signature = _signature(settings, approval, decision, approvers)
+        signature = sign()
         if signature:
-            store.keep_signature(conn, approval.id, signature)
-        _carry_out_now(conn, settings, approval.id)
+            store.keep_signature(conn, approval_id, signature)
+        _carry_out_now(conn, settings, approval_id)
     except Exception:  # the decision stands; recovery finishes what follows it
         log.exception(
             "approval %s: decided, but what follows the decision failed; a worker finishes it",
-            approval.id,
+            approval_id,
         )
 
 
@@ -444,12 +459,14 @@ def complete(conn: redis.Redis, settings: Settings, approval_id: str) -> bool:
     why there is none, the webhook, the metrics, the caller woken or the resume queued, the
     card to redraw. Recovery calls it; it holds no key, so it signs nothing. Exactly once,
     however many workers and late deciders try (``store.carry_out``); True for the one that
-    did it."""
-    return _carry_out_now(conn, settings, approval_id)
+    did it. The audit entry it writes says so (``finished_by``)."""
+    return _carry_out_now(conn, settings, approval_id, late=True)
 
 
-def _carry_out_now(conn: redis.Redis, settings: Settings, approval_id: str) -> bool:
-    owed = store.carry_out(conn, approval_id, lambda owed: _plan(conn, settings, owed))
+def _carry_out_now(
+    conn: redis.Redis, settings: Settings, approval_id: str, late: bool = False
+) -> bool:
+    owed = store.carry_out(conn, approval_id, lambda owed: _plan(conn, settings, owed, late))
     if owed is None:
         return False
     approval = owed.approval
@@ -468,7 +485,7 @@ def _stops(approval: Approval, decision: Decision) -> bool:
     return refused and approval.policy.on_reject is OnReject.STOP
 
 
-def _plan(conn: redis.Redis, settings: Settings, owed: store.Owed) -> store.Plan:
+def _plan(conn: redis.Redis, settings: Settings, owed: store.Owed, late: bool) -> store.Plan:
     """The audit lines, and the writes beside them, of what a decision (or a Retry) owes.
 
     A decision: its audit entry, with the receipt or why there is none (a webhook goes with
@@ -478,12 +495,13 @@ def _plan(conn: redis.Redis, settings: Settings, owed: store.Owed) -> store.Plan
     (``_settle_turn``, after this step). A Retry: its audit entry and its resume.
     """
     approval = owed.approval
+    late_note = {"finished_by": LATE} if late else {}
     if owed.what == store.OWED_RETRY:
-        return _retry_plan(conn, settings, owed)
+        return _retry_plan(conn, settings, owed, late_note)
     decision = approval.decision
     if decision is None:
         raise CorruptRecord(f"approval {approval.id} owes what follows a decision it lacks")
-    details: dict[str, Any] = {"reason": decision.reason or ""}
+    details: dict[str, Any] = {"reason": decision.reason or "", **late_note}
     if decision.kind is DecisionKind.EDIT:
         details.update(proposed=approval.arguments, approved=decision.arguments)
     if decision.kind is DecisionKind.RESPOND:
@@ -510,11 +528,13 @@ def _plan(conn: redis.Redis, settings: Settings, owed: store.Owed) -> store.Plan
     return events, more
 
 
-def _retry_plan(conn: redis.Redis, settings: Settings, owed: store.Owed) -> store.Plan:
+def _retry_plan(
+    conn: redis.Redis, settings: Settings, owed: store.Owed, late_note: dict[str, str]
+) -> store.Plan:
     """A Retry's audit entry (with its fresh receipt), and its resume: the turn's other
     calls ran in the same resume, so they run again too."""
     approval = owed.approval
-    details: dict[str, Any] = {"receipt": approval.receipt or ""}
+    details: dict[str, Any] = {"receipt": approval.receipt or "", **late_note}
     if owed.receipt_error:
         details.update(receipt_error=owed.receipt_error)
     entry = store.audit_entry("retried", owed.retried_by or SYSTEM_ACTOR, **details)

@@ -1149,6 +1149,8 @@ _TURN_SETTLED_LUA = """
 for i = 1, #KEYS do
   local status = redis.call('HGET', KEYS[i], 'status')
   if (not status) or status == 'pending' then return 0 end
+  -- Decided, but its receipt and audit entry are not carried out yet: its own step settles.
+  if redis.call('HEXISTS', KEYS[i], 'owed') == 1 then return 0 end
 end
 return redis.call('HSETNX', KEYS[1], ARGV[1], '1')
 """
@@ -1159,8 +1161,9 @@ TURN_SETTLED = "turn_settled"
 
 def settle_turn(conn: redis.Redis, turn: Sequence[str]) -> bool:
     """True for exactly one caller, the first to find every call of the turn decided (or
-    expired): that caller queues the turn's one resume. Each decision calls it after its
-    own compare-and-set, so the last of two simultaneous decisions always finds both."""
+    expired) and carried out (``carry_out``): that caller queues the turn's one resume. Each
+    decision calls it after its own step, so the last of two simultaneous decisions always
+    finds both, and the resume never starts before a call's receipt is stored."""
     return bool(eval_script(conn, _TURN_SETTLED_LUA, [approval_key(i) for i in turn],
                             [TURN_SETTLED]))  # fmt: skip
 
