@@ -45,6 +45,9 @@ REQUEUED = "stranded_requeued"
 #: After queuing a decision's redraw, how long before looking at its card again: longer than
 #: the job's own retries take.
 SHOW_AGAIN_AFTER = 300
+#: How long after a decision its card is still redrawn: past this, the card is gone (deleted,
+#: or never posted) or Slack refuses it for good, and the thread has said what happened since.
+SHOW_FOR = 24 * 3600
 
 
 def recover_dead_runs(conn: redis.Redis, settings: Settings) -> dict[str, str]:
@@ -112,9 +115,11 @@ def show_decisions(conn: redis.Redis, settings: Settings) -> list[str]:
         if decision is None or slack.decision_shown(conn, approval):
             store.forget_unshown(conn, approval_id)
             continue
+        if decision.at < now - SHOW_FOR:
+            log.warning("approval %s: its card never showed the decision; giving up", approval_id)
+            store.forget_unshown(conn, approval_id)
+            continue
         if approval.card_ts is None:  # the card job shows the decision when it posts
-            if decision.at < now - STRANDED_WINDOW:  # no card will ever show it
-                store.forget_unshown(conn, approval_id)
             continue
         if not store.postpone_unshown(conn, approval_id, due, now + SHOW_AGAIN_AFTER):
             continue  # another worker took this look

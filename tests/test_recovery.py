@@ -22,7 +22,7 @@ import redis.asyncio as redis_async
 from click.testing import CliRunner
 from rq.job import Job
 
-from approvals import external, keys, queue, review, run_agent, store
+from approvals import external, keys, queue, recovery, review, run_agent, store
 from approvals.cli import cli
 from approvals.config import Settings
 from approvals.models import Decision, DecisionKind, Status, decision_to_dict
@@ -332,3 +332,27 @@ def test_many_at_once_carry_a_decision_out_once(env, conn):
     assert queue.get_queue(conn, settings).count == 2  # the card, and the one resume
     assert store.metric_values(conn)["decisions:approve"] == 1
     assert conn.zscore(store.OWED_KEY, pause_id) is None
+
+
+def test_workers_at_once_queue_one_redraw_and_give_up_on_a_card_after_a_day(env, conn):
+    """Four workers look at an unshown decision at once: one redraw job is queued. A decision
+    a day old whose card still does not show it is let go."""
+    settings = Settings.from_env()
+    approval_id = _ask(conn)
+    store.set_card(conn, approval_id, "1700000000.000100")
+    decision = Decision(DecisionKind.APPROVE, "UALICE", time.time(), arguments={"env": "prod"})
+    encoded = json.dumps(decision_to_dict(decision))
+    assert store.vote(conn, approval_id, Status.APPROVED, "UALICE", 1, encoded).outcome
+    assert review.complete(conn, settings, approval_id)
+    conn.zadd(store.UNSHOWN_KEY, {approval_id: time.time() - 1}, xx=True)
+
+    queued = at_once(*[lambda: recovery.show_decisions(conn, settings) for _ in range(4)])
+
+    assert [i for ids in queued for i in ids] == [approval_id]
+    announces = [j for j in queue.get_queue(conn, settings).job_ids if j.startswith("announce-")]
+    assert len(announces) == 1
+    old = dataclasses.replace(decision, at=time.time() - recovery.SHOW_FOR - 1)
+    conn.hset(store.approval_key(approval_id), "decision", json.dumps(decision_to_dict(old)))
+    conn.zadd(store.UNSHOWN_KEY, {approval_id: time.time() - 1}, xx=True)
+    assert recovery.show_decisions(conn, settings) == []
+    assert conn.zscore(store.UNSHOWN_KEY, approval_id) is None
