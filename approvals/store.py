@@ -289,8 +289,8 @@ end
 #: resume queued) is owed. ``carry_out`` does it and removes the field, exactly once; the
 #: decider calls it at once, recovery when the decider did not. Its value says what is owed.
 OWED = "owed"
-#: What is owed: what follows a decision; the same, once the decider has signed its receipt
-#: (``keep_signature``); what follows a Retry.
+#: What is owed: what follows a decision; the same, with the receipt its decider signs (kept
+#: by ``keep_signature``; a worker finishing it says none was signed); what follows a Retry.
 OWED_DECISION = "decision"
 OWED_RECEIPT = "receipt"
 OWED_RETRY = "retry"

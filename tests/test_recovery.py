@@ -189,6 +189,8 @@ def test_a_decision_redis_refused_to_carry_out_is_finished_by_a_worker_once(
     wait_until(lambda: store.owing(conn, [pause_id]), 20, "the decision to be recorded")
     assert _entries(conn, pause_id, "approved") == []  # the decider could not write it
     assert store.load(conn, pause_id).status is Status.APPROVED
+    code, said = _verify(pause_id)
+    assert code == 1 and "not yet what follows it" in said
 
     _long_ago(conn, pause_id)
 
@@ -293,7 +295,8 @@ def test_workers_and_a_late_decider_finish_a_decision_exactly_once(
     deciding = threading.Thread(
         target=lambda: done.append(
             review.decide(conn, decider, pause_id, DecisionKind.APPROVE, "UALICE")
-        )
+        ),
+        daemon=True,  # should the test fail before the pipe is written, it must not hang
     )
     deciding.start()
     wait_until(lambda: store.owing(conn, [pause_id]), 20, "the decision to be recorded")
