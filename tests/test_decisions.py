@@ -117,7 +117,8 @@ def test_an_edit_json_cannot_hold_exactly_is_shown_in_the_modal_and_changes_noth
     prompt = script(calls(("charge_card", {"amount": 5})), say("{results}"))
     pause_id = run_agent("scripted", prompt, tools=[charge_card]).pause_id
     card_of(slack, pause_id)
-    wait_until(lambda: store.load(conn, pause_id).card_ts, 10, "the card's ts recorded")
+    # The worker records the card's ts, then its audit entry: wait for both.
+    wait_until(lambda: _events(conn, pause_id)[-1:] == ["card_posted"], 10, "the card recorded")
     before = conn.hgetall(store.approval_key(pause_id)), store.audit_lines(conn, pause_id)
     number = {"type": "number_input", "value": "18446744073709551616"}
     status, body = submit_edit(services.bot_url, pause_id, {"amount": number})
@@ -127,6 +128,10 @@ def test_an_edit_json_cannot_hold_exactly_is_shown_in_the_modal_and_changes_noth
     assert "as strings" in error
     assert (conn.hgetall(store.approval_key(pause_id)), store.audit_lines(conn, pause_id)) == before
     assert tool_runs(env, "charge_card") == []
+
+
+def _events(conn, approval_id: str) -> list[str]:
+    return [e["event"] for e in store.audit_trail(conn, approval_id)]
 
 
 def test_simultaneous_clicks_have_one_winner(services, slack, env, conn):
