@@ -25,6 +25,7 @@ from llm.parts import Message, ToolCallPart, ToolResultPart
 from approvals import (
     automatic,
     grants,
+    ijson,
     llm_log,
     outcomes,
     policy,
@@ -684,6 +685,8 @@ def _waiting_in_turn(
         gate = gate_of(tool.implementation) if tool is not None else None
         if gate is None:
             continue
+        if not ijson.is_valid(part.arguments):
+            continue  # the gate refuses it to the model when the turn resumes: no card
         later = llm.ToolCall(
             name=part.name, arguments=dict(part.arguments), tool_call_id=part.tool_call_id
         )

@@ -1,11 +1,13 @@
 """Checking an audit trail nobody can quietly change, and exporting trails for a SIEM.
 
 Each entry carries ``prev``, the SHA-256 of the line before it (``store`` appends them so), and
-the decisions that released a call carry their signed receipt. So an entry edited or removed
-in Redis breaks the chain at the next entry, and a decision rewritten to other arguments no
-longer matches a receipt that only the signing key could have made. Whoever can write Redis
-could still rewrite a whole trail from some entry on: the webhooks and exports, which leave
-Redis as they happen, are the copies to compare it with (their ids are the entries' hashes).
+the decisions that released a call carry their signed receipt (or, when none could be signed,
+``receipt_error``, which a check reports: such a call never looks verified). So an entry
+edited or removed in Redis breaks the chain at the next entry, and a decision rewritten to
+other arguments no longer matches a receipt that only the signing key could have made.
+Whoever can write Redis could still rewrite a whole trail from some entry on: the webhooks
+and exports, which leave Redis as they happen, are the copies to compare it with (their ids
+are the entries' hashes).
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ def check_lines(approval_id: str, lines: list[bytes], keys: receipts.Keys) -> Tr
                 verified += 1
             else:
                 problems.append(f"entry {number} ({entry.get('event')}): {problem}")
+        if entry is not None and entry.get("receipt_error"):
+            # The call was released without the receipt its decider owed it.
+            problems.append(f"entry {number} ({entry.get('event')}): {entry['receipt_error']}")
         prev = store.entry_hash(line)
     return TrailCheck(len(lines), verified, problems)
 

@@ -81,7 +81,9 @@ def ask(conn: redis.Redis, settings: Settings, request: ExternalRequest) -> tupl
         The approval, and whether this call created it.
 
     Raises:
-        InvalidArguments: the schema is not one, or the arguments do not fit it.
+        InvalidArguments: the arguments are not I-JSON (``ijson``: a 64-bit integer, NaN,
+            a lone surrogate...), the schema is not one, or the arguments do not fit it;
+            nothing was written.
         ConfigError: no channel was given and ``APPROVALS_CHANNEL`` is not set; or
             ``APPROVALS_POLICY`` cannot be read (nothing is asked: fail closed).
     """

@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeVar, overload
 
 import llm
 
-from approvals import receipts
+from approvals import ijson, receipts
 from approvals.errors import CorruptRecord
 from approvals.models import OnReject, Policy, policy_from_dict, policy_to_dict
 
@@ -429,6 +429,11 @@ def _gated(func: F, gate: Gate) -> F:
         release = _released.get() or {}
         if call_id is not None and call_id in release:
             return release[call_id]
+        if llm_tool_call is not None:
+            # Arguments that are not I-JSON could never be signed for: refused before any
+            # rule, grant or card sees them. llm hands the model this error as the tool's
+            # result ("Error: ..."), so it can call again with, say, an id as a string.
+            ijson.check_arguments(llm_tool_call.arguments)
         screen = _screen.get()
         if screen is not None and llm_tool_call is not None and call_id is not None:
             screening = screen(llm_tool_call, gate)

@@ -7,10 +7,16 @@ approval atomically: if the gated tool had not started, the approval simply goes
 decision and is resumed again; if it had, the approval becomes ``interrupted`` and a person
 decides whether running it again is safe (``retry``).
 
-A decision is recorded in one atomic step and its resume job queued in the next: a decider
-(a bot process, the CLI) that dies between the two leaves a decided approval with no job.
-``requeue_stranded`` queues it again; the resume's own move to ``running`` keeps a second job
-from running anything twice.
+A decision is recorded in one atomic step, which also records that what follows it is owed
+(``store.OWED``); its decider then signs the receipt and carries the rest out in a second
+step: the audit entry and its webhook, the metrics, the external caller woken or the resume
+queued. A decider that dies, loses Redis or fails in between leaves the debt: after
+``STRANDED_AFTER`` seconds, ``complete_decisions`` carries it out (``review.complete``),
+exactly once, however many workers look. The card is redrawn the same way:
+``show_decisions`` queues ``announce_decision`` for a decision its card does not show.
+``requeue_stranded`` queues a resume still missing after that (a turn's, whose last decider
+died before settling it); the resume's own move to ``running`` keeps a second job from
+running anything twice.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ import time
 
 import redis
 
-from approvals import outcomes, queue, store
+from approvals import outcomes, queue, review, slack, store
 from approvals.config import Settings
+from approvals.errors import CorruptRecord, UnknownApproval
 from approvals.models import DECIDED, OnReject, Status
 
 log = logging.getLogger(__name__)
@@ -35,6 +42,12 @@ STRANDED_AFTER = 30
 STRANDED_WINDOW = 3600
 #: The flag that lets one worker queue a stranded decision's resume, once.
 REQUEUED = "stranded_requeued"
+#: After queuing a decision's redraw, how long before looking at its card again: longer than
+#: the job's own retries take.
+SHOW_AGAIN_AFTER = 300
+#: How long after a decision its card is still redrawn: past this, the card is gone (deleted,
+#: or never posted) or Slack refuses it for good, and the thread has said what happened since.
+SHOW_FOR = 24 * 3600
 
 
 def recover_dead_runs(conn: redis.Redis, settings: Settings) -> dict[str, str]:
@@ -54,6 +67,66 @@ def recover_dead_runs(conn: redis.Redis, settings: Settings) -> dict[str, str]:
             store.audit(conn, approval_id, "requeued", "system", reason="worker died")
             queue.enqueue_resume(conn, settings, approval_id, again=True)
     return outcomes
+
+
+def finish_decisions(conn: redis.Redis, settings: Settings) -> None:
+    """One maintenance round for decisions: what follows them, left undone by their decider,
+    then the cards that do not show them (a decision carried out here is noted unshown in
+    the same step, and shown ``review.SHOW_AFTER`` seconds after it was made)."""
+    complete_decisions(conn, settings)
+    show_decisions(conn, settings)
+
+
+def complete_decisions(conn: redis.Redis, settings: Settings) -> list[str]:
+    """Carry out what follows every decision (or Retry) that still owes it ``STRANDED_AFTER``
+    seconds on: its decider died, lost Redis or failed. Returns the ids this worker did."""
+    done = []
+    for approval_id in store.owed_until(conn, time.time() - STRANDED_AFTER):
+        try:
+            if not review.complete(conn, settings, approval_id):
+                continue
+        except UnknownApproval:  # removed meanwhile: nothing is left to carry out
+            store.forget_owed(conn, approval_id)
+            continue
+        except CorruptRecord:
+            log.exception("approval %s: its record cannot be read; left as it is", approval_id)
+            store.forget_owed(conn, approval_id)
+            continue
+        log.warning(
+            "approval %s: decided, but its decider did not finish what follows; done now",
+            approval_id,
+        )
+        done.append(approval_id)
+    return done
+
+
+def show_decisions(conn: redis.Redis, settings: Settings) -> list[str]:
+    """Queue ``announce_decision`` for every decision its card does not show yet (the decider
+    could not redraw it: Slack was down, or the decider stopped). Returns the ids queued."""
+    now = time.time()
+    queued = []
+    for approval_id, due in store.unshown_until(conn, now):
+        try:
+            approval = store.load(conn, approval_id)
+        except (UnknownApproval, CorruptRecord):
+            store.forget_unshown(conn, approval_id)
+            continue
+        decision = approval.decision
+        if decision is None or slack.decision_shown(conn, approval):
+            store.forget_unshown(conn, approval_id)
+            continue
+        if decision.at < now - SHOW_FOR:
+            log.warning("approval %s: its card never showed the decision; giving up", approval_id)
+            store.forget_unshown(conn, approval_id)
+            continue
+        if approval.card_ts is None:  # the card job shows the decision when it posts
+            continue
+        if not store.postpone_unshown(conn, approval_id, due, now + SHOW_AGAIN_AFTER):
+            continue  # another worker took this look
+        log.warning("approval %s: its card does not show the decision; redrawing it", approval_id)
+        queue.enqueue_announce(conn, settings, approval_id)
+        queued.append(approval_id)
+    return queued
 
 
 def store_missing_outcomes(conn: redis.Redis, settings: Settings) -> list[str]:
@@ -126,6 +199,9 @@ def requeue_stranded(conn: redis.Redis, settings: Settings) -> list[str]:
         ):
             continue
         if queue.resume_queued(conn, approval.id):
+            continue
+        # What follows a decision still owed: complete_decisions queues its resume.
+        if store.owing(conn, approval.turn or [approval.id]):
             continue
         if not store.claim(conn, approval.id, REQUEUED):
             continue

@@ -6,6 +6,7 @@ through here, so a decision has the same rules and the same effects wherever it 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -18,13 +19,13 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, UnknownType
 from referencing.exceptions import Unresolvable
 
-from approvals import outcomes, queue, receipts, store
+from approvals import ijson, outcomes, queue, receipts, store
 from approvals.config import Settings
 from approvals.errors import (
     AlreadyDecided,
     AlreadyVoted,
     ApprovalsError,
-    ConfigError,
+    CorruptRecord,
     InvalidArguments,
     NotAllowed,
     UnknownApproval,
@@ -91,7 +92,9 @@ def check_may_decide(
 
 
 def validate_arguments(schema: dict[str, Any], arguments: Any) -> None:
-    """Check edited arguments against the tool's JSON schema; ``InvalidArguments`` if not."""
+    """Check arguments (edited, or asked through the API) are I-JSON (``ijson``) and fit the
+    tool's JSON schema; ``InvalidArguments`` if not."""
+    ijson.check_arguments(arguments)
     errors: dict[str, str] = {}
     try:
         Draft202012Validator.check_schema(schema)
@@ -185,6 +188,9 @@ def decide(
         response=response if kind is DecisionKind.RESPOND else None,
     )
     encoded = json.dumps(decision_to_dict(decision))
+    # What the decision leaves owed says whether this decider signs a receipt for it, so
+    # that a worker finishing it instead says that none was signed.
+    owed = store.OWED_RECEIPT if _signs(settings, decision) else store.OWED_DECISION
     if kind is DecisionKind.REJECT:
         won = store.transition(
             conn,
@@ -198,7 +204,7 @@ def decide(
     approvers: tuple[str, ...] = (actor,)
     if kind is not DecisionKind.REJECT:
         required = approval.policy.approvals_required if kind is DecisionKind.APPROVE else 1
-        vote = store.vote(conn, approval_id, kind.status, actor, required, encoded)
+        vote = store.vote(conn, approval_id, kind.status, actor, required, encoded, owed)
         if vote.outcome == "lost":
             _lost(conn, approval_id, actor, vote.previous, vote.decided_by)
         if vote.outcome == "duplicate":
@@ -287,17 +293,17 @@ def retry(
     check_may_decide(conn, settings, approval, actor, members_of)
     # Clearing the marks in the same step lets the new attempt start the tool once more.
     fields = {"tool_started": "", "tool_finished": "", "retried_by": actor}
-    # A fresh receipt: the first one may have expired while the run was interrupted.
-    signed = _receipt(settings, approval, approval.decision, approval.votes or None)
+    # A fresh receipt: the first one may have expired while the run was interrupted (and one
+    # that cannot be signed leaves none: never the old one).
+    signed = _signature(settings, approval, approval.decision, approval.votes or None)
+    fields |= {name: signed.get(name, "") for name in ("receipt", "receipt_error")}
     target = approval.decision.kind.status
-    if not store.transition(
-        conn, approval_id, target, fields | signed, sources=[Status.INTERRUPTED]
-    ).ok:
+    moved = store.transition(
+        conn, approval_id, target, fields, sources=[Status.INTERRUPTED], owed=store.OWED_RETRY
+    )
+    if not moved.ok:
         raise NotAllowed("someone else retried it first")
-    store.audit(conn, approval_id, "retried", actor, receipt=signed.get("receipt", ""))
-    if approval.in_turn:  # the turn's other calls ran in the same resume: they run again too
-        store.clear_tool_marks(conn, approval.turn[1:])
-    queue.enqueue_resume(conn, settings, approval_id, again=True)
+    _follow(conn, approval_id, settings)
     return store.load(conn, approval_id)
 
 
@@ -322,6 +328,8 @@ def _check_details(
         check_edit(approval, arguments)
     if kind is DecisionKind.RESPOND and not (response or "").strip():
         raise InvalidArguments({"response": "write the result the agent should receive"})
+    ijson.check_text("reason", reason)
+    ijson.check_text("response", response)
 
 
 def _refuse_decided(conn: redis.Redis, approval: Approval, actor: str) -> None:
@@ -343,7 +351,12 @@ def _lost(
     raise AlreadyDecided(approval_id, previous, decided_by)
 
 
-def _receipt(
+def _signs(settings: Settings, decision: Decision) -> bool:
+    """Whether this process signs a receipt for ``decision``: with a key, when it releases."""
+    return settings.signing_key is not None and decision.kind.runs_tool
+
+
+def _signature(
     settings: Settings,
     approval: Approval,
     decision: Decision,
@@ -351,14 +364,21 @@ def _receipt(
 ) -> dict[str, str]:
     """``{"receipt": token}`` for a decision that releases the call, signed with
     ``APPROVALS_SIGNING_KEY``; empty without a key (the gated tool then gets no receipt,
-    and a service that requires one refuses the call: it fails closed)."""
-    if settings.signing_key is None or not decision.kind.runs_tool:
+    and a service that requires one refuses the call: it fails closed).
+
+    Signing happens after the decision is recorded, so it must not undo it: whatever goes
+    wrong (the key file gone, arguments an older version let in), the answer is
+    ``{"receipt_error": why}``, which the decision's audit entry carries and
+    ``approvals show --verify`` reports. The call then has no receipt.
+    """
+    if not _signs(settings, decision):
         return {}
+    assert settings.signing_key is not None
     try:
         token = _sign(settings.signing_key, settings, approval, decision, approvers)
-    except ConfigError:  # the key file went missing since start-up: no receipt, logged
+    except Exception as exc:  # a decision is recorded already: never strand it
         log.exception("could not sign the receipt of approval %s", approval.id)
-        return {}
+        return {"receipt_error": f"receipt could not be signed: {exc}"}
     return {"receipt": token}
 
 
@@ -383,6 +403,20 @@ def _sign(
     )
 
 
+#: How long after a decision a worker looks at whether its card shows it (the decider
+#: redraws it at once; this is for a decider that could not).
+SHOW_AFTER = 30
+
+#: ``finished_by`` on a decision's audit entry that recovery wrote, not its decider.
+LATE = "recovery"
+
+#: What the audit says of a receipt the decider owed and a worker could not sign.
+UNSIGNED = (
+    "receipt could not be signed: the process that decided stopped before it signed one, "
+    "and the worker that finished the decision holds no signing key"
+)
+
+
 def _after_decision(
     conn: redis.Redis,
     settings: Settings,
@@ -390,44 +424,126 @@ def _after_decision(
     decision: Decision,
     approvers: tuple[str, ...] = (),
 ) -> None:
-    """Audit the decision, with its receipt, and resume the agent (unless the gate stops
-    the run), or, for an external approval, wake its caller. The decider signs here: it is
-    the process that witnessed the decision."""
-    details: dict[str, Any] = {"reason": decision.reason or ""}
+    """What follows a decision, by its decider: sign its receipt (the decider witnessed the
+    decision: only it holds the key), then carry out what the decision left owed."""
+    sign = functools.partial(_signature, settings, approval, decision, approvers)
+    _follow(conn, approval.id, settings, sign)
+
+
+def _follow(
+    conn: redis.Redis,
+    approval_id: str,
+    settings: Settings,
+    sign: Callable[[], dict[str, str]] = dict,
+) -> None:
+    """Carry out what a decision (or a Retry) left owed, keeping the receipt ``sign`` makes.
+
+    Whatever fails here leaves the decision recorded, and what follows it owed: a worker's
+    recovery carries it out later (``complete``), so it is logged and not raised.
+    """
+    try:
+        signature = sign()
+        if signature:
+            store.keep_signature(conn, approval_id, signature)
+        _carry_out_now(conn, settings, approval_id)
+    except Exception:  # the decision stands; recovery finishes what follows it
+        log.exception(
+            "approval %s: decided, but what follows the decision failed; a worker finishes it",
+            approval_id,
+        )
+
+
+def complete(conn: redis.Redis, settings: Settings, approval_id: str) -> bool:
+    """Carry out what follows a decision (or a Retry) whose decider stopped after recording
+    it (it died, lost Redis, or failed): the audit entry, with the receipt the decider kept or
+    why there is none, the webhook, the metrics, the caller woken or the resume queued, the
+    card to redraw. Recovery calls it; it holds no key, so it signs nothing. Exactly once,
+    however many workers and late deciders try (``store.carry_out``); True for the one that
+    did it. The audit entry it writes says so (``finished_by``)."""
+    return _carry_out_now(conn, settings, approval_id, late=True)
+
+
+def _carry_out_now(
+    conn: redis.Redis, settings: Settings, approval_id: str, late: bool = False
+) -> bool:
+    owed = store.carry_out(conn, approval_id, lambda owed: _plan(conn, settings, owed, late))
+    if owed is None:
+        return False
+    approval = owed.approval
+    if owed.what == store.OWED_RETRY or approval.external:
+        return True
+    assert approval.decision is not None  # _plan refused the step otherwise
+    if approval.in_turn:
+        _settle_turn(conn, settings, approval)
+    elif _stops(approval, approval.decision):
+        outcomes.finish_run(conn, settings, store.load(conn, approval.id))
+    return True
+
+
+def _stops(approval: Approval, decision: Decision) -> bool:
+    refused = decision.kind in (DecisionKind.REJECT, DecisionKind.EXPIRE)
+    return refused and approval.policy.on_reject is OnReject.STOP
+
+
+def _plan(conn: redis.Redis, settings: Settings, owed: store.Owed, late: bool) -> store.Plan:
+    """The audit lines, and the writes beside them, of what a decision (or a Retry) owes.
+
+    A decision: its audit entry, with the receipt or why there is none (a webhook goes with
+    it), its metrics, the card to show it on; then, for an external approval, its caller
+    woken; for an llm call alone in its turn that goes ahead, its resume queued; for a gate
+    that stops the run, the stop. A turn's calls resume together, once the turn is settled
+    (``_settle_turn``, after this step). A Retry: its audit entry and its resume.
+    """
+    approval = owed.approval
+    late_note = {"finished_by": LATE} if late else {}
+    if owed.what == store.OWED_RETRY:
+        return _retry_plan(conn, settings, owed, late_note)
+    decision = approval.decision
+    if decision is None:
+        raise CorruptRecord(f"approval {approval.id} owes what follows a decision it lacks")
+    details: dict[str, Any] = {"reason": decision.reason or "", **late_note}
     if decision.kind is DecisionKind.EDIT:
         details.update(proposed=approval.arguments, approved=decision.arguments)
     if decision.kind is DecisionKind.RESPOND:
         details.update(response=decision.response)
-    if approval.external:
-        # No chain to resume: the decision, and its receipt, go to the caller waiting for it.
-        signed = _receipt(settings, approval, decision, approvers)
-        details.update(signed)
-        kind = decision.kind.status.value
-        store.audit(conn, approval.id, kind, decision.actor, fields=signed, **details)
-        _count_decision(conn, approval, decision)
-        store.wake_caller(conn, approval.id, settings.result_ttl)
-        return
-    refused = decision.kind in (DecisionKind.REJECT, DecisionKind.EXPIRE)
-    if refused and approval.policy.on_reject is OnReject.STOP:
-        store.audit(conn, approval.id, decision.kind.status.value, decision.actor, **details)
-        _count_decision(conn, approval, decision)
-        if approval.in_turn:
-            _settle_turn(conn, settings, approval)
-            return
-        store.audit(conn, approval.id, "run_stopped", SYSTEM_ACTOR, reason="on_reject=stop")
-        outcomes.finish_run(conn, settings, store.load(conn, approval.id))
-        return
-    signed = _receipt(settings, approval, decision, approvers)
-    # The receipt is stored with its audit entry, before the resume job that hands it on; a
-    # decider that dies in between leaves a decision whose resume recovery queues later.
-    kind = decision.kind.status.value
-    details.update(signed)
-    store.audit(conn, approval.id, kind, decision.actor, fields=signed, **details)
-    _count_decision(conn, approval, decision)
-    if approval.in_turn:
-        _settle_turn(conn, settings, approval)
-        return
-    queue.enqueue_resume(conn, settings, approval.id)
+    if approval.receipt is not None:
+        details.update(receipt=approval.receipt)
+    unsigned = owed.what == store.OWED_RECEIPT and approval.receipt is None
+    if owed.receipt_error or unsigned:
+        details.update(receipt_error=owed.receipt_error or UNSIGNED)
+    events = [store.audit_entry(decision.kind.status.value, decision.actor, **details)]
+    stops = _stops(approval, decision)
+    if stops and not approval.in_turn:
+        events.append(store.audit_entry("run_stopped", SYSTEM_ACTOR, reason="on_reject=stop"))
+
+    def more(pipe: Any) -> None:
+        _count_decision(pipe, approval, decision)
+        store.note_unshown(pipe, approval.id, decision.at + SHOW_AFTER)
+        if approval.external:
+            # No chain to resume: the decision, and its receipt, go to the caller waiting.
+            store.wake_caller(pipe, approval.id, settings.result_ttl)
+        elif not stops and not approval.in_turn:
+            queue.enqueue_resume(conn, settings, approval.id, pipeline=pipe)
+
+    return events, more
+
+
+def _retry_plan(
+    conn: redis.Redis, settings: Settings, owed: store.Owed, late_note: dict[str, str]
+) -> store.Plan:
+    """A Retry's audit entry (with its fresh receipt), and its resume: the turn's other
+    calls ran in the same resume, so they run again too."""
+    approval = owed.approval
+    details: dict[str, Any] = {"receipt": approval.receipt or "", **late_note}
+    if owed.receipt_error:
+        details.update(receipt_error=owed.receipt_error)
+    entry = store.audit_entry("retried", owed.retried_by or SYSTEM_ACTOR, **details)
+
+    def more(pipe: Any) -> None:
+        store.clear_tool_marks(pipe, approval.turn[1:])
+        queue.enqueue_resume(conn, settings, approval.id, again=True, pipeline=pipe)
+
+    return [entry], more
 
 
 def _settle_turn(conn: redis.Redis, settings: Settings, approval: Approval) -> None:
@@ -451,10 +567,8 @@ def _settle_turn(conn: redis.Redis, settings: Settings, approval: Approval) -> N
     queue.enqueue_resume(conn, settings, lead.id)
 
 
-def _count_decision(conn: redis.Redis, approval: Approval, decision: Decision) -> None:
+def _count_decision(pipe: Any, approval: Approval, decision: Decision) -> None:
     """The decision's metrics (``approvals.metrics``): one more of its kind, and how long
-    the approval waited for it, in one round trip."""
-    pipe = conn.pipeline(transaction=False)
+    the approval waited for it (``pipe``: the step that carries the decision out)."""
     store.count(pipe, f"decisions:{decision.kind.value}")
     store.observe(pipe, "decision_seconds", max(0.0, decision.at - approval.created_at))
-    pipe.execute()

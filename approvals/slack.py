@@ -138,7 +138,7 @@ def announce_decision(client: WebClient, conn: redis.Redis, approval: Approval) 
     if approval.card_ts is None or approval.decision is None:
         return
     _redraw_until_current(client, conn, approval)  # the same redraw twice is harmless
-    shown = f"{DECISION_SHOWN}:{approval.decision.at!r}"
+    shown = _shown_flag(approval)
     if not store.claim(conn, approval.id, shown):
         return
     try:
@@ -147,6 +147,23 @@ def announce_decision(client: WebClient, conn: redis.Redis, approval: Approval) 
     except Exception:
         store.release(conn, approval.id, shown)
         raise
+    store.forget_unshown(conn, approval.id)  # recovery need not show it (see decision_shown)
+
+
+def decision_shown(conn: redis.Redis, approval: Approval) -> bool:
+    """Whether the approval's decision was shown on its card by ``announce_decision``.
+
+    A decider that could not show it (Slack down, the process gone) leaves it to recovery,
+    which finds it not shown and queues ``announce_decision`` as a job.
+    """
+    if approval.decision is None:
+        return False
+    return store.flags(conn, approval.id, _shown_flag(approval))[0]
+
+
+def _shown_flag(approval: Approval) -> str:
+    assert approval.decision is not None
+    return f"{DECISION_SHOWN}:{approval.decision.at!r}"
 
 
 #: Statuses only move forward, so a card catches up with its record in a few redraws.

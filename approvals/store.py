@@ -6,6 +6,10 @@ Keys (all under the ``approvals:`` prefix)::
     approvals:history:<id>    string  the llm message history to resume from (JSON list)
     approvals:pending         zset    ids of pending approvals, scored by creation time
     approvals:decided         zset    the most recent decisions, scored by decision time
+    approvals:owed            zset    decisions whose after-steps are not carried out yet, by
+                                      decision time (the field ``owed`` of their hash says what)
+    approvals:unshown         zset    decisions not shown on their card yet, by when a worker
+                                      should look again
     approvals:running         zset    ids of approvals whose resume is running, by start time
     approvals:lease:<id>      string  held (with a TTL) by the worker running the resume
     approvals:lock:<id>:<what> string a short lock on one piece of work (posting the card)
@@ -76,6 +80,12 @@ from approvals.models import (
 PREFIX = "approvals:"
 PENDING_KEY = PREFIX + "pending"
 DECIDED_KEY = PREFIX + "decided"
+#: The ``prev`` of an approval's first audit entry.
+GENESIS = ""
+#: Decisions whose after-steps are owed (see ``OWED``), by decision time.
+OWED_KEY = PREFIX + "owed"
+#: Decisions not shown on their card yet, by when recovery should look at them again.
+UNSHOWN_KEY = PREFIX + "unshown"
 RUNNING_KEY = PREFIX + "running"
 DEADLINES_KEY = PREFIX + "deadlines"
 #: Runs whose ``on_finish`` has not returned yet, by when they ended.
@@ -275,12 +285,30 @@ local function finished(key, status)
 end
 """
 
-# Shared by the scripts: keep the pending, recent-decision and running indexes in step.
+#: The approval hash's field that a decision's compare-and-set writes, in the same step:
+#: what follows the decision (its audit entry, webhook, metrics, the caller woken or the
+#: resume queued) is owed. ``carry_out`` does it and removes the field, exactly once; the
+#: decider calls it at once, recovery when the decider did not. Its value says what is owed.
+OWED = "owed"
+#: What is owed: what follows a decision; the same, with the receipt its decider signs (kept
+#: by ``keep_signature``; a worker finishing it says none was signed); what follows a Retry.
+OWED_DECISION = "decision"
+OWED_RECEIPT = "receipt"
+OWED_RETRY = "retry"
+
+# Shared by the scripts: keep the pending, recent-decision and running indexes in step, and
+# note what a decision leaves owed (KEYS[11], the owed zset).
 _LEAVE_PENDING_LUA = (
     FINISHED_LUA
     + """
-local function leave_pending(current)
+local function owe(what)
+  redis.call('HSET', KEYS[1], 'owed', what)
+  redis.call('ZADD', KEYS[11], ARGV[2], ARGV[1])
+end
+local function leave_pending(current, owed)
   if current == 'pending' then
+    if owed == '' then owed = 'OWED_DECISION' end
+    owe(owed)
     redis.call('HSET', KEYS[1], 'decided_status', ARGV[3])
     redis.call('ZREM', KEYS[2], ARGV[1])
     redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
@@ -303,13 +331,14 @@ local function index_finished(target)
     redis.call('ZADD', KEYS[10], ARGV[2], ARGV[1])
   end
 end
-""".replace("RECENT_KEPT", "200")
+""".replace("RECENT_KEPT", "200").replace("OWED_DECISION", OWED_DECISION)
 )
 
 # KEYS: approval hash, pending zset, decided zset, running zset, deadlines zset, audit list,
-# lease, metrics hash, finished zset, finished-history zset, events outbox. ARGV: id, now,
-# target, allowed (JSON), audit line, lease seconds, the audit length the line was chained at,
-# outbox entry, then field/value pairs written in the same step ("" deletes the field).
+# lease, metrics hash, finished zset, finished-history zset, owed zset, events outbox. ARGV:
+# id, now, target, allowed (JSON), audit line, lease seconds, the audit length the line was
+# chained at, outbox entry, what the move leaves owed ("": nothing, unless it is a decision),
+# then field/value pairs written in the same step ("" deletes the field).
 # Returns {2, ...} without writing when the audit moved on.
 _TRANSITION_LUA = (
     _LEAVE_PENDING_LUA
@@ -323,17 +352,18 @@ for _, status in ipairs(cjson.decode(ARGV[4])) do
     end
     redis.call('HSET', KEYS[1], 'status', ARGV[3])
     if ARGV[5] ~= '' then redis.call('RPUSH', KEYS[6], ARGV[5]) end
-    if ARGV[8] ~= '' then redis.call('RPUSH', KEYS[11], ARGV[8]) end
+    if ARGV[8] ~= '' then redis.call('RPUSH', KEYS[12], ARGV[8]) end
     if ARGV[6] ~= '' then redis.call('SET', KEYS[7], ARGV[2], 'EX', ARGV[6]) end
     if current == 'running' and ARGV[3] ~= 'running' then redis.call('DEL', KEYS[7]) end
-    for i = 9, #ARGV, 2 do
+    for i = 10, #ARGV, 2 do
       if ARGV[i + 1] == '' then
         redis.call('HDEL', KEYS[1], ARGV[i])
       else
         redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
       end
     end
-    leave_pending(current)
+    leave_pending(current, ARGV[9])
+    if current ~= 'pending' and ARGV[9] ~= '' then owe(ARGV[9]) end
     track_running(current, ARGV[3])
     index_finished(ARGV[3])
     return {1, current, ''}
@@ -343,8 +373,9 @@ return {0, current, redis.call('HGET', KEYS[1], 'decided_by') or ''}
 """
 )
 
-# KEYS as above. ARGV: id, now, target, actor, approvals required, decision JSON.
-# Adds the actor's approval; the approval is decided once enough distinct people approved.
+# KEYS as above. ARGV: id, now, target, actor, approvals required, decision JSON, what the
+# decision leaves owed. Adds the actor's approval; the approval is decided once enough
+# distinct people approved.
 _VOTE_LUA = (
     _LEAVE_PENDING_LUA
     + """
@@ -361,7 +392,7 @@ table.insert(votes, ARGV[4])
 redis.call('HSET', KEYS[1], 'votes', cjson.encode(votes))
 if #votes < tonumber(ARGV[5]) then return {2, tostring(#votes), ''} end
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'decided_by', ARGV[4], 'decision', ARGV[6])
-leave_pending(current)
+leave_pending(current, ARGV[7])
 return {1, current, cjson.encode(votes)}
 """
 )
@@ -401,6 +432,7 @@ def _transition_keys(approval_id: str) -> list[str]:
         METRICS_KEY,
         FINISHED_KEY,
         FINISHED_HISTORY_KEY,
+        OWED_KEY,
     ]
 
 
@@ -413,6 +445,7 @@ def transition(
     sources: Iterable[Status] | None = None,
     event: str | None = None,
     lease: int | None = None,
+    owed: str = "",
 ) -> TransitionResult:
     """Move an approval to ``target`` if ``models.TRANSITIONS`` allows it from its current status.
 
@@ -421,7 +454,9 @@ def transition(
     ``fields`` are written in the same atomic step, and so are, when the move happens, the
     audit entry ``event`` (an ``audit_entry`` line) and a lease of ``lease`` seconds (see
     ``hold_lease``): one round trip, and no moment where one is there without the other. A
-    move out of ``running`` ends the run's lease.
+    move out of ``running`` ends the run's lease. A move out of ``pending`` (a decision)
+    leaves what follows it owed (``OWED``, ``owed`` says what: ``OWED_DECISION`` by
+    default), and so does any move given ``owed``.
     Returns what was found, so a loser can be told who won.
     """
     legal = sources_of(target)
@@ -432,7 +467,7 @@ def transition(
     while True:
         line, length, outbox = _chained(conn, approval_id, event) if event else ("", 0, "")
         args: list[str] = [approval_id, repr(time.time()), target.value, allowed, line]
-        args += [str(lease) if lease is not None else "", str(length), outbox]
+        args += [str(lease) if lease is not None else "", str(length), outbox, owed]
         for name, value in (fields or {}).items():
             args += [name, value]
         found = cast(list[Any], eval_script(conn, _TRANSITION_LUA, keys, args))
@@ -442,11 +477,18 @@ def transition(
 
 
 def vote(
-    conn: redis.Redis, approval_id: str, target: Status, actor: str, required: int, decision: str
+    conn: redis.Redis,
+    approval_id: str,
+    target: Status,
+    actor: str,
+    required: int,
+    decision: str,
+    owed: str = OWED_DECISION,
 ) -> VoteResult:
-    """Count ``actor``'s approval; decide (``target``, ``decision`` JSON) once ``required``."""
+    """Count ``actor``'s approval; decide (``target``, ``decision`` JSON) once ``required``,
+    leaving ``owed`` what follows the decision (see ``transition``)."""
     assert Status.PENDING in sources_of(target)
-    args = [approval_id, repr(time.time()), target.value, actor, str(required), decision]
+    args = [approval_id, repr(time.time()), target.value, actor, str(required), decision, owed]
     found = eval_script(conn, _VOTE_LUA, _transition_keys(approval_id), args)
     code, detail, decided_by = cast(list[Any], found)
     if code == 1:
@@ -455,6 +497,135 @@ def vote(
     if code in (2, 3):
         return VoteResult("counted" if code == 2 else "duplicate", count=int(_text(detail)))
     return VoteResult("lost", previous=_text(detail), decided_by=_text(decided_by) or None)
+
+
+@dataclass(frozen=True)
+class Owed:
+    """What a decision (or a Retry) left owed, as read in the step that carries it out."""
+
+    approval: Approval
+    #: ``OWED_DECISION``, ``OWED_RECEIPT`` or ``OWED_RETRY``.
+    what: str
+    #: Why the decider could not sign the receipt (``keep_signature``), if it said so.
+    receipt_error: str | None
+    #: Who asked for the Retry (``OWED_RETRY``).
+    retried_by: str | None
+
+
+#: What ``carry_out`` asks of its caller: the audit lines to append, and a function that adds
+#: the rest of the step's writes to its transaction (a pipeline in MULTI).
+Plan = tuple[Sequence[str], Callable[[Any], None]]
+
+
+def carry_out(conn: redis.Redis, approval_id: str, plan: Callable[[Owed], Plan]) -> Owed | None:
+    """Carry out what a decision left owed, exactly once, in one transaction: the audit lines
+    ``plan`` builds from what is owed (chained, with their webhook events), whatever else it
+    adds (metrics, the caller woken, the resume queued), and the end of the debt.
+
+    Optimistic: the record and its trail are watched while the step is built, so the decider
+    and any number of workers may try at once; one carries it out, the others find it done.
+    Returns what was owed when this call carried it out, None when nothing was owed.
+    """
+    key, trail = approval_key(approval_id), audit_key(approval_id)
+    with conn.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                cast(Any, pipe).watch(key, trail)  # redis-py leaves it untyped
+                raw = cast(dict[bytes, bytes], pipe.hgetall(key))
+                if OWED.encode() not in raw:
+                    return None
+                owed = Owed(
+                    _from_hash(approval_id, raw),
+                    _text(raw[OWED.encode()]),
+                    _text(raw.get(b"receipt_error")) or None,
+                    _text(raw.get(b"retried_by")) or None,
+                )
+                last = cast(bytes | None, pipe.lindex(trail, -1))
+                events, more = plan(owed)
+                prev = GENESIS if last is None else entry_hash(last)
+                lines, outbox = _new_trail(approval_id, events, prev)
+                pipe.multi()
+                if lines:
+                    pipe.rpush(trail, *lines)
+                if outbox:
+                    pipe.rpush(EVENTS_KEY, *outbox)
+                pipe.hdel(key, OWED, "receipt_error")
+                pipe.zrem(OWED_KEY, approval_id)
+                more(pipe)
+                pipe.execute()
+                return owed
+            except redis.WatchError:  # the record or the trail moved meanwhile: again
+                continue
+
+
+# KEYS: approval hash. ARGV: field/value pairs. Written only while what follows the decision
+# is still owed: a receipt signed after a worker carried the decision out would be one its
+# audit entry does not carry.
+_KEEP_SIGNATURE_LUA = """
+if redis.call('HEXISTS', KEYS[1], 'owed') == 0 then return 0 end
+for i = 1, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+return 1
+"""
+
+
+def keep_signature(conn: redis.Redis, approval_id: str, signature: dict[str, str]) -> bool:
+    """Store the decider's ``receipt`` (or ``receipt_error``: why it could not sign one) on a
+    decision whose after-steps are still owed; False, and nothing written, once they are not."""
+    pairs = [part for item in signature.items() for part in item]
+    return bool(eval_script(conn, _KEEP_SIGNATURE_LUA, [approval_key(approval_id)], pairs))
+
+
+def owed_until(conn: redis.Redis, until: float, limit: int = 100) -> list[str]:
+    """Up to ``limit`` decisions made by ``until`` whose after-steps are still owed."""
+    found = conn.zrangebyscore(OWED_KEY, "-inf", repr(until), start=0, num=limit)
+    return [_text(i) for i in cast(list[bytes], found)]
+
+
+def owing(conn: redis.Redis, approval_ids: Sequence[str]) -> set[str]:
+    """Which of these approvals still owe what follows their decision, in one round trip."""
+    pipe = conn.pipeline(transaction=False)
+    for approval_id in approval_ids:
+        pipe.hexists(approval_key(approval_id), OWED)
+    return {i for i, owes in zip(approval_ids, pipe.execute(), strict=True) if owes}
+
+
+def forget_owed(conn: redis.Redis, approval_id: str) -> None:
+    """Drop an entry of the owed index whose approval is gone (retention, or by hand)."""
+    conn.zrem(OWED_KEY, approval_id)
+
+
+def note_unshown(target: Any, approval_id: str, due: float) -> None:
+    """Note a decision to show on its card, looked at again from ``due`` on if nobody has
+    (``target``: a client or the pipeline of ``carry_out``)."""
+    target.zadd(UNSHOWN_KEY, {approval_id: due})
+
+
+def unshown_until(conn: redis.Redis, until: float, limit: int = 100) -> list[tuple[str, float]]:
+    """Up to ``limit`` (id, due) of decisions not shown on their card, due by ``until``."""
+    found = conn.zrangebyscore(UNSHOWN_KEY, "-inf", repr(until), start=0, num=limit,
+                               withscores=True)  # fmt: skip
+    return [(_text(i), float(due)) for i, due in cast(list[tuple[bytes, float]], found)]
+
+
+def forget_unshown(conn: redis.Redis, approval_id: str) -> None:
+    """The decision is shown on its card (or there is no card to show it on)."""
+    conn.zrem(UNSHOWN_KEY, approval_id)
+
+
+# KEYS: unshown zset. ARGV: id, the due time it was read with, the next one.
+_POSTPONE_LUA = """
+local due = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if (not due) or tonumber(due) ~= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1
+"""
+
+
+def postpone_unshown(conn: redis.Redis, approval_id: str, due: float, until: float) -> bool:
+    """Move an unshown decision's next look from ``due`` to ``until``; True for the one caller
+    that found it still due at ``due`` (so two workers never both act on one look)."""
+    args = [approval_id, repr(due), repr(until)]
+    return bool(eval_script(conn, _POSTPONE_LUA, [UNSHOWN_KEY], args))
 
 
 def lease_key(approval_id: str) -> str:
@@ -510,12 +681,11 @@ def mark_tool_started(conn: redis.Redis, approval_id: str) -> bool:
     return bool(eval_script(conn, _TOOL_STARTED_LUA, keys, args))
 
 
-def clear_tool_marks(conn: redis.Redis, approval_ids: Sequence[str]) -> None:
-    """Forget that these calls' tools started (a Retry of their turn runs them once more)."""
-    pipe = conn.pipeline(transaction=True)
+def clear_tool_marks(target: Any, approval_ids: Sequence[str]) -> None:
+    """Forget that these calls' tools started (a Retry of their turn runs them once more);
+    ``target`` is a client or the Retry's own transaction."""
     for approval_id in approval_ids:
-        pipe.hdel(approval_key(approval_id), "tool_started", "tool_finished")
-    pipe.execute()
+        target.hdel(approval_key(approval_id), "tool_started", "tool_finished")
 
 
 def bucket_name(value: float) -> str:
@@ -654,16 +824,17 @@ return 1
 """.replace("RECENT_KEPT", "200")
 
 
-def _new_trail(approval_id: str, events: Sequence[str]) -> tuple[list[str], list[str]]:
-    """A new approval's audit lines (``audit_entry``), chained from the empty trail, and the
-    outbox entries of the state changes among them."""
+def _new_trail(
+    approval_id: str, events: Sequence[str], prev: str = GENESIS
+) -> tuple[list[str], list[str]]:
+    """Audit lines (``audit_entry``) chained after the entry whose hash is ``prev`` (a new
+    approval's: the empty trail), and the outbox entries of the state changes among them."""
     lines: list[str] = []
     outbox: list[str] = []
-    prev = GENESIS
     for event in events:
         entry = json.loads(event)
         entry["prev"] = prev
-        line = json.dumps(entry, ensure_ascii=False)
+        line = _line(entry)
         lines.append(line)
         message = _outbox_entry(approval_id, entry, line)
         if message:
@@ -981,6 +1152,8 @@ _TURN_SETTLED_LUA = """
 for i = 1, #KEYS do
   local status = redis.call('HGET', KEYS[i], 'status')
   if (not status) or status == 'pending' then return 0 end
+  -- Decided, but its receipt and audit entry are not carried out yet: its own step settles.
+  if redis.call('HEXISTS', KEYS[i], 'owed') == 1 then return 0 end
 end
 return redis.call('HSETNX', KEYS[1], ARGV[1], '1')
 """
@@ -991,8 +1164,9 @@ TURN_SETTLED = "turn_settled"
 
 def settle_turn(conn: redis.Redis, turn: Sequence[str]) -> bool:
     """True for exactly one caller, the first to find every call of the turn decided (or
-    expired): that caller queues the turn's one resume. Each decision calls it after its
-    own compare-and-set, so the last of two simultaneous decisions always finds both."""
+    expired) and carried out (``carry_out``): that caller queues the turn's one resume. Each
+    decision calls it after its own step, so the last of two simultaneous decisions always
+    finds both, and the resume never starts before a call's receipt is stored."""
     return bool(eval_script(conn, _TURN_SETTLED_LUA, [approval_key(i) for i in turn],
                             [TURN_SETTLED]))  # fmt: skip
 
@@ -1424,8 +1598,8 @@ def load_finished(conn: redis.Redis, ids: list[str]) -> list[Finished]:
 # KEYS: finished zset, finished-history zset, decided zset, metrics hash, then each id's
 # approval hash, history and audit list. ARGV: pairs of id and how many audit lines the
 # archive holds ("-1": no archive). An approval that is not finished is left alone; one whose
-# audit trail grew after it was archived stays for the next round (its new lines are archived
-# then). Returns the ids removed.
+# audit trail grew after it was archived, or whose decision still owes its after-steps, stays
+# for the next round (its new lines are archived then). Returns the ids removed.
 _FORGET_APPROVALS_LUA = (
     FINISHED_LUA
     + """
@@ -1435,7 +1609,9 @@ for i = 1, #ARGV / 2 do
   local hash, history, audit = KEYS[2 + 3 * i], KEYS[3 + 3 * i], KEYS[4 + 3 * i]
   local status = redis.call('HGET', hash, 'status')
   local gone = not status or finished(hash, status)
-  if gone and (archived < 0 or redis.call('LLEN', audit) <= archived) then
+  if redis.call('HEXISTS', hash, 'owed') == 1 then
+    -- What follows its decision is still owed (its audit entry, say): a later round.
+  elseif gone and (archived < 0 or redis.call('LLEN', audit) <= archived) then
     redis.call('DEL', hash, history, audit)
     redis.call('ZREM', KEYS[1], id)
     redis.call('ZREM', KEYS[2], id)
@@ -1547,9 +1723,6 @@ def audit_ids(conn: redis.Redis) -> list[str]:
     return [_text(key)[len(prefix) :] for key in found]
 
 
-#: The ``prev`` of an approval's first audit entry.
-GENESIS = ""
-
 # KEYS: audit list, events outbox, approval hash. ARGV: the length the line was chained at,
 # the line, the outbox entry ("" for none), then field/value pairs for the approval hash.
 _APPEND_AUDIT_LUA = """
@@ -1607,7 +1780,7 @@ def _chained(conn: redis.Redis, approval_id: str, line: str) -> tuple[str, int, 
     if not isinstance(entry, dict):  # not an ``audit_entry`` line: kept as its text
         entry = json.loads(audit_entry("note", "", text=line))
     entry["prev"] = prev
-    linked = json.dumps(entry, ensure_ascii=False)
+    linked = _line(entry)
     return linked, length, _outbox_entry(approval_id, entry, linked)
 
 
@@ -1633,7 +1806,19 @@ def audit_entry(event: str, actor: str, **details: Any) -> str:
     # events of a waiting approval, which doubled the memory of one with a 10 KB history.
     entry = {"event": event, "actor": actor, "at": repr(time.time())}
     entry.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in details.items()})
-    return json.dumps(entry, ensure_ascii=False)
+    return _line(entry)
+
+
+def _line(entry: dict[str, Any]) -> str:
+    """An audit entry as its line: readable UTF-8, or, when some text in it is not Unicode (a
+    lone surrogate in a reason typed at a terminal), every such character escaped: writing
+    an entry never fails on what it says."""
+    line = json.dumps(entry, ensure_ascii=False)
+    try:
+        line.encode()
+    except UnicodeEncodeError:
+        return json.dumps(entry)
+    return line
 
 
 def audit_lines(conn: redis.Redis, approval_id: str) -> list[bytes]:

@@ -13,7 +13,7 @@ from approvals import run_agent, store
 from approvals.cli import cli
 from approvals.models import DecisionKind, Status
 from tests.agents.scripted import calls, say, script
-from tests.agents.tools import delete_path, list_files, send_email
+from tests.agents.tools import charge_card, delete_path, list_files, send_email
 from tests.conftest import CHANNEL, wait_until
 from tests.e2e import (
     action_blocks,
@@ -107,6 +107,31 @@ def test_invalid_edit_is_shown_in_the_modal_and_changes_nothing(services, slack,
     assert "Not valid JSON" in json.loads(body)["errors"]["arg-recursive"]
     assert conn.hgetall(store.approval_key(pause_id)) == before
     assert tool_runs(env, "delete_path") == []
+
+
+def test_an_edit_json_cannot_hold_exactly_is_shown_in_the_modal_and_changes_nothing(
+    services, slack, env, conn
+):
+    """A 64-bit integer typed in the Edit modal comes back as the input's error, naming the
+    field and saying to send such a value as a string; nothing changes."""
+    prompt = script(calls(("charge_card", {"amount": 5})), say("{results}"))
+    pause_id = run_agent("scripted", prompt, tools=[charge_card]).pause_id
+    card_of(slack, pause_id)
+    # The worker records the card's ts, then its audit entry: wait for both.
+    wait_until(lambda: _events(conn, pause_id)[-1:] == ["card_posted"], 10, "the card recorded")
+    before = conn.hgetall(store.approval_key(pause_id)), store.audit_lines(conn, pause_id)
+    number = {"type": "number_input", "value": "18446744073709551616"}
+    status, body = submit_edit(services.bot_url, pause_id, {"amount": number})
+    assert status == 200
+    error = json.loads(body)["errors"]["arg-amount"]
+    assert error.startswith("arguments.amount: 18446744073709551616 is beyond"), error
+    assert "as strings" in error
+    assert (conn.hgetall(store.approval_key(pause_id)), store.audit_lines(conn, pause_id)) == before
+    assert tool_runs(env, "charge_card") == []
+
+
+def _events(conn, approval_id: str) -> list[str]:
+    return [e["event"] for e in store.audit_trail(conn, approval_id)]
 
 
 def test_simultaneous_clicks_have_one_winner(services, slack, env, conn):

@@ -191,9 +191,9 @@ def _try(action):
 def test_a_decision_whose_decider_died_before_queuing_the_resume_still_resumes(
     services, slack, env, conn
 ):
-    """The decision is recorded (as the bot's first step does) and no resume job follows, as
-    when the bot dies between the two: a worker queues it once the decision is old enough,
-    and the tool runs once."""
+    """The decision is recorded (as the bot's first step does) and nothing follows, as when
+    the bot dies between the two: a worker carries out what follows once the decision is old
+    enough (its audit entry, its resume), and the tool runs once."""
     pause_id = _pause("delete_path", {"path": "stranded"})
     card_of(slack, pause_id)
     approval = store.load(conn, pause_id)
@@ -202,9 +202,13 @@ def test_a_decision_whose_decider_died_before_queuing_the_resume_still_resumes(
     assert store.vote(conn, pause_id, Status.APPROVED, "UALICE", 1, encoded).outcome == "decided"
     assert not queue.resume_queued(conn, pause_id)
     # Time passes: the decision is now older than a live decider would ever take.
-    conn.zadd(store.DECIDED_KEY, {pause_id: time.time() - STRANDED_AFTER - 1}, xx=True)
+    long_ago = time.time() - STRANDED_AFTER - 1
+    conn.zadd(store.DECIDED_KEY, {pause_id: long_ago}, xx=True)
+    conn.zadd(store.OWED_KEY, {pause_id: long_ago}, xx=True)
 
     wait_status(conn, pause_id, Status.COMPLETED, timeout=30)
     assert [r["arguments"]["path"] for r in tool_runs(env, "delete_path")] == ["stranded"]
-    events = [e["event"] for e in store.audit_trail(conn, pause_id)]
-    assert events.count("requeued") == 1, events
+    trail = store.audit_trail(conn, pause_id)
+    [approved] = [e for e in trail if e["event"] == "approved"]
+    assert (approved["actor"], approved["finished_by"]) == ("UALICE", "recovery")
+    assert [e["event"] for e in trail].count("resume_started") == 1

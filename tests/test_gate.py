@@ -7,9 +7,13 @@ import json
 import llm
 import pytest
 
+from approvals import run_agent, store
 from approvals.gate import Gate, gate_of, released, requires_approval
 from approvals.models import OnReject, Policy
 from approvals.tools import describe_tool
+from tests.agents import tools
+from tests.agents.scripted import calls, say, script
+from tests.e2e import model_calls, tool_results_seen
 
 #: What ``counted`` really ran, so a test can tell a returned response from a run.
 RAN: list[str] = []
@@ -373,3 +377,31 @@ def test_a_gated_coroutine_stays_a_coroutine_function():
     from tests.agents.tools import publish_post
 
     assert inspect.iscoroutinefunction(publish_post)
+
+
+# --- arguments that are not I-JSON (``approvals.ijson``) ------------------------------------------
+
+
+def test_a_call_whose_arguments_are_not_i_json_asks_nobody_and_the_model_reads_why(env, conn):
+    """A model proposing a 64-bit amount as a number: no approval, no card job, nothing in
+    Redis; llm hands the model the refusal, naming the field, and the run goes on."""
+    prompt = script(calls(("charge_card", {"amount": 2**64})), say("gave up: {results}"))
+    outcome = run_agent("scripted", prompt, tools=[tools.charge_card])
+
+    assert outcome.status == "completed"
+    [(name, output)] = tool_results_seen(model_calls(env)[-1])
+    assert name == "charge_card"
+    assert output.startswith("Error: amount: arguments.amount: 18446744073709551616 is beyond")
+    assert "as strings" in output
+    assert conn.keys("approvals:approval:*") == [] and conn.keys("rq:job:*") == []
+
+
+def test_a_later_call_of_a_turn_that_is_not_i_json_gets_no_place_on_the_card(env, conn):
+    """Two gated calls in one turn, the second with NaN: the card asks about the first alone;
+    the second meets the gate when the turn resumes, and is refused to the model there."""
+    turn = calls(("charge_card", {"amount": 5}), ("charge_card", {"amount": float("nan")}))
+    outcome = run_agent("scripted", script(turn, say("{results}")), tools=[tools.charge_card])
+
+    assert outcome.status == "paused" and outcome.pause_id is not None
+    assert store.load(conn, outcome.pause_id).turn == ()
+    assert conn.keys("approvals:approval:*") == [store.approval_key(outcome.pause_id).encode()]

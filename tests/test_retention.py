@@ -36,9 +36,11 @@ def pause(conn: redis.Redis, approval_id: str, **overrides) -> Approval:
 
 
 def decide(conn: redis.Redis, approval_id: str, target: Status = Status.APPROVED) -> None:
+    """Decided, and what follows the decision done (none of it matters to retention)."""
     decision = json.dumps(decision_to_dict(make_decision()))
     fields = {"decision": decision, "decided_by": "UALICE"}
     assert store.transition(conn, approval_id, target, fields).ok
+    assert store.carry_out(conn, approval_id, lambda owed: ([], lambda pipe: None))
 
 
 def finish(conn: redis.Redis, approval_id: str, end: Status = Status.COMPLETED) -> None:

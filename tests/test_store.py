@@ -695,8 +695,9 @@ def test_a_malformed_group_cache_is_ignored(conn, stored):
 
 
 def test_a_turn_is_settled_once_when_its_last_call_is_decided(conn):
-    """settle_turn: False while a call waits; True once, for the first caller to find every
-    call decided; a turn's record reads with all its calls, and only the lead is a pause."""
+    """settle_turn: False while a call waits or owes what follows its decision; True once,
+    for the first caller to find every call decided and carried out; a turn's record reads
+    with all its calls, and only the lead is a pause."""
     ids = ("aaaa000000000001", "aaaa000000000002")
     pipe = None
     for n, approval_id in enumerate(ids):
@@ -712,4 +713,7 @@ def test_a_turn_is_settled_once_when_its_last_call_is_decided(conn):
     assert not store.settle_turn(conn, ids)
     store.transition(conn, ids[1], Status.REJECTED, sources=[Status.PENDING])
     assert store.turn_pending(conn, ids) == []
+    assert not store.settle_turn(conn, ids)  # decided, but what follows is not carried out
+    for approval_id in ids:
+        assert store.carry_out(conn, approval_id, lambda owed: ([], lambda pipe: None))
     assert [store.settle_turn(conn, ids) for _ in range(3)] == [True, False, False]

@@ -33,7 +33,12 @@ from approvals.errors import ConfigError
 from approvals.logs import configure_logging
 from approvals.plugins import load_plugins, warm_models
 from approvals.queue import get_queue
-from approvals.recovery import recover_dead_runs, requeue_stranded, requeue_unfinished
+from approvals.recovery import (
+    finish_decisions,
+    recover_dead_runs,
+    requeue_stranded,
+    requeue_unfinished,
+)
 from approvals.tools import import_modules
 
 log = logging.getLogger(__name__)
@@ -151,12 +156,15 @@ def _warm(settings: Settings) -> None:
 def _start_background(settings: Settings) -> None:
     """Every worker, in the background: sweep due deadlines into jobs, several times a second,
     and, every maintenance interval, look for resumes whose worker died, decisions whose
-    resume was never queued and ended runs whose outcome was never stored or whose
+    decider did not finish what follows them (the audit entry, the caller woken, the resume
+    queued) or whose card does not show them, decisions whose resume was never queued, and
+    ended runs whose outcome was never stored or whose
     ``on_finish`` was never queued; turn the outbox of state changes into webhook jobs; and,
     every second, remove from Redis what finished long enough ago (``approvals.retention``).
     Each is atomic in Redis or idempotent, so workers never act twice on one of them."""
     _every("approvals-deadlines", deadlines.SWEEP_INTERVAL, settings, deadlines.sweep)
     _every("approvals-recovery", settings.maintenance_interval, settings, recover_dead_runs)
+    _every("approvals-decisions", settings.maintenance_interval, settings, finish_decisions)
     _every("approvals-stranded", settings.maintenance_interval, settings, requeue_stranded)
     _every("approvals-unfinished", settings.maintenance_interval, settings, requeue_unfinished)
     _every("approvals-retention", retention.SWEEP_INTERVAL, settings, retention.sweep)
