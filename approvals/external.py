@@ -24,7 +24,7 @@ from approvals.config import Settings
 from approvals.errors import ConfigError, NotAllowed, UnknownApproval
 from approvals.models import Approval, DecisionKind, Policy, RunResult, Status, ToolRef
 from approvals.models import result_to_dict as _result_to_dict
-from approvals.review import validate_arguments
+from approvals.schemas import validate_arguments
 from approvals.secrets import secret_names
 
 #: Stands where a paused llm call names its model: an external approval resumes no model.

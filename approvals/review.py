@@ -15,9 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, UnknownType
-from referencing.exceptions import Unresolvable
 
 from approvals import ijson, outcomes, queue, receipts, store
 from approvals.config import Settings
@@ -39,6 +36,7 @@ from approvals.models import (
     Status,
     decision_to_dict,
 )
+from approvals.schemas import validate_arguments
 
 log = logging.getLogger(__name__)
 
@@ -89,29 +87,6 @@ def check_may_decide(
     if reason is not None:
         store.audit(conn, approval.id, "refused", actor, reason=reason)
         raise NotAllowed(reason)
-
-
-def validate_arguments(schema: dict[str, Any], arguments: Any) -> None:
-    """Check arguments (edited, or asked through the API) are I-JSON (``ijson``) and fit the
-    tool's JSON schema; ``InvalidArguments`` if not."""
-    ijson.check_arguments(arguments)
-    errors: dict[str, str] = {}
-    try:
-        Draft202012Validator.check_schema(schema)
-        found = sorted(Draft202012Validator(schema).iter_errors(arguments), key=str)
-    except (SchemaError, UnknownType, Unresolvable) as exc:  # a broken schema cannot be checked
-        raise InvalidArguments({"_": f"the tool's schema is invalid: {exc}"}) from None
-    for error in found:
-        if error.path:
-            errors.setdefault(str(error.path[0]), error.message)
-        elif error.validator == "required" and isinstance(error.instance, dict):
-            for missing in error.validator_value:
-                if missing not in error.instance:
-                    errors.setdefault(str(missing), f"{missing!r} is a required property")
-        else:
-            errors.setdefault("_", error.message)
-    if errors:
-        raise InvalidArguments(errors)
 
 
 def check_edit(approval: Approval, arguments: dict[str, Any]) -> None:
