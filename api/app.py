@@ -18,6 +18,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.routing import Route
 
 from api.auth import authenticate, check_may_ask
 from api.bodies import MAX_WAIT, ApprovalBody, ResultBody
@@ -43,9 +44,6 @@ Auth = Annotated[Token, Depends(authenticate)]
 
 def build_app(settings: Settings) -> FastAPI:
     """The API for ``settings``; ``approvals api`` serves it on uvicorn."""
-
-    mcp_server = build_server(settings)
-    mcp_app = mcp_server.streamable_http_app(streamable_http_path="/mcp")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -73,8 +71,11 @@ def build_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(InvalidArguments, _invalid_arguments)
     app.add_exception_handler(RequestValidationError, _invalid_body)
     _routes(app)
-    # MCP over streamable HTTP at /mcp: its tools call this API with the client's own token.
-    app.router.routes.extend(mcp_app.routes)
+    mcp_server = build_server(settings, mounted_on=app)
+    # MCP over streamable HTTP at /mcp, the SDK's app whole: its bearer middleware refuses a
+    # request without a valid token of this API before MCP reads it.
+    mcp_app = mcp_server.streamable_http_app(streamable_http_path="/mcp")
+    app.router.routes.append(Route("/mcp", mcp_app))
     app.add_middleware(BodySizeLimit, limit=settings.api_max_body)
     return app
 

@@ -175,11 +175,11 @@ def listening_url(process: Process, what: str) -> str:
     return wait_until(listening, 30, f"{what} to listen")
 
 
-def start_api(env: dict[str, str], log: Path) -> tuple[Process, str]:
-    """``approvals api`` on a free port; returns it and its URL once it answers."""
+def start_api(env: dict[str, str], log: Path, port: int = 0) -> tuple[Process, str]:
+    """``approvals api`` on ``port`` (0: a free one); returns it and its URL once it answers."""
     import httpx
 
-    api = Process(approvals_command("api", "--host", "127.0.0.1", "--port", "0"), env, log)
+    api = Process(approvals_command("api", "--host", "127.0.0.1", "--port", str(port)), env, log)
     url = listening_url(api, "the API")
 
     def answers() -> bool:
