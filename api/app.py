@@ -18,11 +18,10 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from starlette.routing import Route
 
 from api.auth import authenticate, check_may_ask
 from api.bodies import MAX_WAIT, ApprovalBody, ResultBody
-from api.mcp_server import build_server
+from api.mcp_server import build_server, http_route
 from api.size import BodySizeLimit
 from approvals import external, store
 from approvals.config import Settings
@@ -71,11 +70,10 @@ def build_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(InvalidArguments, _invalid_arguments)
     app.add_exception_handler(RequestValidationError, _invalid_body)
     _routes(app)
+    # MCP over streamable HTTP at /mcp; its bearer middleware refuses a request without a
+    # valid token of this API before MCP reads it.
     mcp_server = build_server(settings, mounted_on=app)
-    # MCP over streamable HTTP at /mcp, the SDK's app whole: its bearer middleware refuses a
-    # request without a valid token of this API before MCP reads it.
-    mcp_app = mcp_server.streamable_http_app(streamable_http_path="/mcp")
-    app.router.routes.append(Route("/mcp", mcp_app))
+    app.router.routes.append(http_route(mcp_server))
     app.add_middleware(BodySizeLimit, limit=settings.api_max_body)
     return app
 

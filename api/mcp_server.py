@@ -31,6 +31,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import AnyHttpUrl, Field
+from starlette.routing import Route
 
 from approvals.config import Settings
 from approvals.tokens import verify_token
@@ -62,6 +63,16 @@ def build_server(settings: Settings, mounted_on: FastAPI | None = None) -> MCPSe
     # routes, which a server without ``resource_server_url`` or an OAuth provider never has.
     auth = AuthSettings(issuer_url=AnyHttpUrl(settings.api_url), resource_server_url=None)
     return _server(_in_process(mounted_on), AgentTokens(mounted_on), auth)
+
+
+def http_route(server: MCPServer) -> Route:
+    """The server's streamable HTTP endpoint at ``/mcp`` inside the SDK's bearer middleware,
+    as one route of the API. Not the SDK's whole app: its own error middleware would turn the
+    API's refusal of an oversized body (raised while the SDK reads it) into a 500."""
+    app = server.streamable_http_app(streamable_http_path="/mcp")
+    (route,) = app.routes
+    assert isinstance(route, Route)
+    return Route("/mcp", route.endpoint, middleware=app.user_middleware)
 
 
 class AgentTokens:
