@@ -115,8 +115,7 @@ def _server(
             ),
         ] = None,
     ) -> dict[str, Any]:
-        """Ask people in Slack whether to call `tool` with `arguments`; waits for the decision
-        and returns it (status, decision with the final arguments, receipt)."""
+        """Ask people in Slack whether to call `tool` with `arguments`; returns their decision."""
         body: dict[str, Any] = {"tool": tool, "arguments": arguments}
         if summary is not None:
             body["summary"] = summary
@@ -201,12 +200,12 @@ async def _call(http: httpx.AsyncClient, method: str, path: str, **kwargs: Any) 
     except httpx.TransportError as exc:
         raise ToolError(f"cannot reach the approvals api at {http.base_url}: {exc}") from None
     if response.status_code >= 400:
-        raise ToolError(refusal(response))
+        raise ToolError(_refusal(response))
     data: dict[str, Any] = response.json()
     return data
 
 
-def refusal(response: httpx.Response) -> str:
+def _refusal(response: httpx.Response) -> str:
     """What the API said, for a person or a model to read: the status, then its ``detail``
     (each invalid field as ``where: what``), then when to retry if it said so."""
     verb = "refused" if response.status_code < 500 else "failed"
