@@ -4,8 +4,9 @@ changes nothing: the twin of tests/bot/test_hostile_input.py for /slack/events.
 Malformed JSON-RPC, wrong content types, bodies over the cap (declared and chunked), bad and
 missing tokens, unknown methods, wrong argument types and Unicode edge cases go to the running
 API over HTTP (hypothesis draws them, next to hand-picked ones). Each answer is below 500 and
-comes in time; without a valid token it is a refusal and Redis is unchanged; with one, nothing
-is asked for. Then the API logged no traceback and still answers a normal MCP call.
+comes in time; without a valid token it is a refusal and nothing in Redis shows a request read
+or asked for anything; with one, nothing is asked for. Then the API logged no traceback and
+still answers a normal MCP call.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import httpx
 import httpx2
+import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client
@@ -28,7 +30,7 @@ from approvals import external, store
 from approvals.tokens import revoke_token, verify_token
 from tests.api.conftest import Stack
 from tests.api.test_mcp import INITIALIZE, MCP_HEADERS
-from tests.e2e import redis_state, settled
+from tests.e2e import settled
 
 FUZZ = settings(max_examples=100, deadline=None, database=None)
 #: The API's default cap on request bodies (APPROVALS_API_MAX_BODY).
@@ -239,8 +241,20 @@ def _tracebacks(log: str) -> int:
     return log.count("Traceback")
 
 
-def _changed(before: dict[bytes, Any], after: dict[bytes, Any]) -> set[bytes]:
-    return {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
+def _footprint(conn: redis.Redis) -> dict[bytes, Any]:
+    """What asking or reading as an agent leaves in Redis, and nothing that moves on its own
+    (the expiry or reminders of other tests' approvals): which approval records exist, the
+    tokens, each token's request counts and idempotency keys."""
+    found: dict[bytes, Any] = {key: b"exists" for key in conn.keys(store.approval_key("*"))}
+    counts = store.rate_key("*", 0).removesuffix("0") + "*"
+    for pattern in (store.TOKENS_KEY, store.idempotency_key("*", "*"), counts):
+        found.update({key: conn.dump(key) for key in conn.keys(pattern)})
+    return found
+
+
+def _grown(before: dict[bytes, Any], after: dict[bytes, Any]) -> set[bytes]:
+    """The keys that are new or changed (a count whose minute passed may have expired)."""
+    return {key for key, value in after.items() if before.get(key) != value}
 
 
 def _normal_call(stack: Stack, token: str) -> Any:
@@ -261,13 +275,14 @@ def test_hostile_requests_without_a_valid_token_are_refused_and_change_nothing(
     stack: Stack,
 ) -> None:
     """Any method, headers and body without a valid bearer token get 401 (413 for a body
-    declared over the cap, 400 for a head HTTP itself refuses), in time, with nothing in
-    Redis changed; then a normal call with a token still works."""
+    declared over the cap, 400 for a head HTTP itself refuses), in time, with no approval,
+    token, request count or idempotency key added or changed in Redis; then a normal call with
+    a token still works."""
     url = stack.api_url + "/mcp"
     revoked = stack.token("mcp-hostile-revoked")
     revoke_token(stack.conn, verify_token(stack.conn, revoked).id)  # type: ignore[union-attr]
     tracebacks = _tracebacks(_api_log(stack))
-    before = settled(lambda: redis_state(stack.conn, jobs=True))
+    before = _footprint(stack.conn)
 
     hand_picked: list[tuple[str, dict[str, bytes | None], bytes | list[bytes], set[int]]] = [
         ("POST", {}, json.dumps(INITIALIZE).encode(), {401}),
@@ -300,7 +315,7 @@ def test_hostile_requests_without_a_valid_token_are_refused_and_change_nothing(
         assert status in (400, 401), status
 
     requests()
-    assert settled(lambda: redis_state(stack.conn, jobs=True)) == before
+    assert _grown(before, settled(lambda: _footprint(stack.conn))) == set()
     assert _tracebacks(_api_log(stack)) == tracebacks
     token = stack.token("mcp-hostile-after")
     assert not _normal_call(stack, token).is_error
@@ -316,7 +331,7 @@ def test_hostile_requests_with_a_valid_token_are_answered_and_ask_nothing(stack:
     url = stack.api_url + "/mcp"
     session = _open_session(stack, token)
     tracebacks = _tracebacks(_api_log(stack))
-    before = settled(lambda: redis_state(stack.conn, jobs=True))
+    before = _footprint(stack.conn)
     own: dict[str, bytes | None] = {
         "Authorization": f"Bearer {token}".encode(),
         "Mcp-Session-Id": session.encode(),
@@ -362,9 +377,9 @@ def test_hostile_requests_with_a_valid_token_are_answered_and_ask_nothing(stack:
         assert _send(url, "POST", headers, data.draw(_bodies())) < 500
 
     requests()
-    after = settled(lambda: redis_state(stack.conn, jobs=True))
-    counts = store.rate_key(token_id, 0).rsplit(":", 1)[0].encode()
-    assert {key for key in _changed(before, after) if not key.startswith(counts)} == set()
+    counts = store.rate_key(token_id, 0).removesuffix("0").encode()
+    grown = _grown(before, settled(lambda: _footprint(stack.conn)))
+    assert {key for key in grown if not key.startswith(counts)} == set()
     assert external.pending_of(stack.conn, agent, 10) == []
     assert _tracebacks(_api_log(stack)) == tracebacks
     assert _send(url, "DELETE", own) == 200  # the session outlived it all, and ends
