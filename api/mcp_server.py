@@ -59,9 +59,10 @@ def build_server(settings: Settings, mounted_on: FastAPI | None = None) -> MCPSe
     """The MCP server: for stdio, or (``mounted_on`` the API) for the API's ``/mcp``."""
     if mounted_on is None:
         return _server(_by_environment(settings))
-    # The SDK requires an issuer for its auth settings; it advertises it only with OAuth
-    # routes, which a server without ``resource_server_url`` or an OAuth provider never has.
-    auth = AuthSettings(issuer_url=AnyHttpUrl(settings.api_url), resource_server_url=None)
+    # The SDK's auth settings require an OAuth issuer; it is advertised only by OAuth routes,
+    # which a server without ``resource_server_url`` or an OAuth provider never serves, so a
+    # placeholder (not APPROVALS_API_URL: a malformed one would stop the API from starting).
+    auth = AuthSettings(issuer_url=AnyHttpUrl("http://localhost"), resource_server_url=None)
     return _server(_in_process(mounted_on), AgentTokens(mounted_on), auth)
 
 
