@@ -31,7 +31,7 @@ from api.answers import (
 )
 from api.auth import authenticate, check_may_ask
 from api.bodies import MAX_WAIT, ApprovalBody, ResultBody, StrictJSONRoute
-from api.mcp_server import build_server
+from api.mcp_server import build_server, http_route
 from api.size import BodySizeLimit
 from approvals import external, store
 from approvals.config import Settings
@@ -53,9 +53,6 @@ Auth = Annotated[Token, Depends(authenticate)]
 
 def build_app(settings: Settings) -> FastAPI:
     """The API for ``settings``; ``approvals api`` serves it on uvicorn."""
-
-    mcp_server = build_server(settings)
-    mcp_app = mcp_server.streamable_http_app(streamable_http_path="/mcp")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -89,8 +86,10 @@ def build_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.router.route_class = StrictJSONRoute
     _routes(app)
-    # MCP over streamable HTTP at /mcp: its tools call this API with the client's own token.
-    app.router.routes.extend(mcp_app.routes)
+    # MCP over streamable HTTP at /mcp; its bearer middleware refuses a request without a
+    # valid token of this API before MCP reads it.
+    mcp_server = build_server(settings, mounted_on=app)
+    app.router.routes.append(http_route(mcp_server))
     app.add_middleware(BodySizeLimit, limit=settings.api_max_body)
     return app
 

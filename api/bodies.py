@@ -22,6 +22,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.answers import problem
+from approvals import ijson
 
 #: The longest wait of one ``GET ...?wait=`` (a caller asks again for more).
 MAX_WAIT = 60.0
@@ -72,11 +73,16 @@ def read_json(raw: bytes) -> Any:
     where = _too_deep(value)
     if where is not None:
         raise _refused(["body", *where], f"nests deeper than {MAX_DEPTH} levels", "json_too_deep")
+    found = _not_finite(value)
+    if found is not None:  # named down to the argument, as the other I-JSON refusals are
+        steps, why = found
+        raise _refused(["body", *steps[:2]], why, "json_invalid")
     return value
 
 
-def _constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
+def _constant(name: str) -> float:
+    """``NaN`` and ``Infinity`` are read, then refused with their field's path (``_not_finite``)."""
+    return float(name)
 
 
 def _finite(text: str) -> float:
@@ -84,6 +90,20 @@ def _finite(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text[:40]} is too large for a number")
     return value
+
+
+def _not_finite(value: Any) -> tuple[list[str | int], str] | None:
+    """Where the body holds a NaN or an Infinity (which JSON has no words for), and why it is
+    refused; None when it holds none. Walked without recursion."""
+    stack: list[tuple[Any, list[str | int]]] = [(value, [])]
+    while stack:
+        node, steps = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return steps, ijson.non_finite(node, steps)
+        if isinstance(node, dict | list):
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            stack.extend((item, [*steps, key]) for key, item in items)
+    return None
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

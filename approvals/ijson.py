@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from approvals.errors import InvalidArguments
@@ -119,6 +120,20 @@ def _text_problem(text: str) -> str | None:
     point = ord(found.group())
     what = "a lone surrogate" if 0xD800 <= point <= 0xDFFF else "a noncharacter"
     return f"holds {what} (U+{point:04X}) at character {found.start()}: not Unicode text"
+
+
+def path_of(steps: Sequence[str | int]) -> str:
+    """A field's path as messages write it: ``arguments.ids[3]``, ``schema["odd key"]``."""
+    path = ""
+    for step in steps:
+        path += f"[{step}]" if isinstance(step, int) else _step(step)
+    return _shown(path.removeprefix("."))
+
+
+def non_finite(value: float, steps: Sequence[str | int]) -> str:
+    """Why a NaN or an Infinity at ``steps`` is refused, in the words of ``check_arguments``."""
+    name = "NaN" if math.isnan(value) else ("-Infinity" if value < 0 else "Infinity")
+    return f"{path_of(steps)}: {name} is not a JSON number (send a number, or text)"
 
 
 def _shown(path: str) -> str:

@@ -356,7 +356,7 @@ BOOKKEEPING = frozenset(
 
 
 def redis_state(conn: Any, *, seen: bool = True, jobs: bool = False) -> dict[bytes, Any]:
-    """Every approvals key DUMPed, for a "changes nothing" check.
+    """Every approvals key's content, for a "changes nothing" check.
 
     Leaves out BOOKKEEPING; ``seen=False`` also leaves out the replay guard's record of
     signatures (a rejected request may add one); ``jobs`` adds RQ's job keys.
@@ -366,4 +366,21 @@ def redis_state(conn: Any, *, seen: bool = True, jobs: bool = False) -> dict[byt
         keys = [k for k in keys if not k.startswith(store.seen_key("").encode())]
     if jobs:
         keys += sorted(conn.keys("rq:job:*"))
-    return {key: conn.dump(key) for key in keys if key not in BOOKKEEPING}
+    return {key: key_value(conn, key) for key in keys if key not in BOOKKEEPING}
+
+
+def key_value(conn: Any, key: bytes | str) -> Any:
+    """What a key holds, by its type: compared as content, not as DUMP's bytes, which change
+    when Redis merely rehashes a large hash or set while it is read."""
+    kind = conn.type(key)
+    if kind == b"hash":
+        return conn.hgetall(key)
+    if kind == b"set":
+        return conn.smembers(key)
+    if kind == b"zset":
+        return conn.zrange(key, 0, -1, withscores=True)
+    if kind == b"list":
+        return conn.lrange(key, 0, -1)
+    if kind == b"stream":
+        return conn.xrange(key)
+    return conn.get(key) if kind == b"string" else None

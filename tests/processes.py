@@ -85,9 +85,20 @@ def start_redis(
     )
     base = f"redis://127.0.0.1:{port}"
     probe = redis.Redis.from_url(base)
-    wait_until(lambda: _pings(probe), 10, "redis-server to start")
+    # The port was free a moment ago, yet another process may have taken it since: then ours
+    # exits, and the server answering is someone else's. Only our own process will do.
+    wait_until(lambda: _answers_as(probe, process), 10, "redis-server to start")
     probe.close()
     return process, base
+
+
+def _answers_as(conn: redis.Redis, process: subprocess.Popen[bytes]) -> bool:
+    """Whether ``process`` is the server answering at ``conn``; raises once it has exited."""
+    if process.poll() is not None:
+        raise RuntimeError(f"redis-server exited with {process.returncode} (its port taken?)")
+    if not _pings(conn):
+        return False
+    return int(conn.info("server")["process_id"]) == process.pid
 
 
 def _pings(conn: redis.Redis) -> bool:
@@ -175,11 +186,11 @@ def listening_url(process: Process, what: str) -> str:
     return wait_until(listening, 30, f"{what} to listen")
 
 
-def start_api(env: dict[str, str], log: Path) -> tuple[Process, str]:
-    """``approvals api`` on a free port; returns it and its URL once it answers."""
+def start_api(env: dict[str, str], log: Path, port: int = 0) -> tuple[Process, str]:
+    """``approvals api`` on ``port`` (0: a free one); returns it and its URL once it answers."""
     import httpx
 
-    api = Process(approvals_command("api", "--host", "127.0.0.1", "--port", "0"), env, log)
+    api = Process(approvals_command("api", "--host", "127.0.0.1", "--port", str(port)), env, log)
     url = listening_url(api, "the API")
 
     def answers() -> bool:

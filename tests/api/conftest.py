@@ -25,10 +25,12 @@ from approvals.client import Client
 from approvals.models import DecisionKind, decision_to_dict
 from approvals.tokens import create_token
 from tests.conftest import BOT_TOKEN, CHANNEL, SIGNING_SECRET, RedisServer
+from tests.e2e import key_value
 from tests.factories import make_decision
 from tests.processes import (
     Process,
     bot_url,
+    free_port,
     start_api,
     start_bot,
     start_worker,
@@ -77,6 +79,12 @@ action = "approve"
 """
 
 
+#: The agent of the APPROVALS_API_TOKEN in the API's own environment: set there as a deployment
+#: sharing one environment with ``approvals mcp`` over stdio would, so that the tests hold the
+#: /mcp mount to never acting as it.
+AMBIENT_AGENT = "api-environment-agent"
+
+
 @dataclass
 class Stack:
     env: dict[str, str]
@@ -86,6 +94,8 @@ class Stack:
     slack: SlackStandIn
     processes: list[Process]
     clients: list[Client] = field(default_factory=list)
+    #: The token of AMBIENT_AGENT in the API's environment.
+    ambient_token: str = ""
 
     def token(self, agent: str, tools: tuple[str, ...] = ()) -> str:
         """A new token for ``agent`` (each test makes its own)."""
@@ -119,16 +129,23 @@ def stack(
     }
     for name in ("SLACK_APP_TOKEN", "APPROVERS", "APPROVALS_WORKER_CLASS"):
         os.environ.pop(name, None)
+    conn = redis.Redis.from_url(env["REDIS_URL"])
+    ambient = create_token(conn, AMBIENT_AGENT)[1]
+    port = free_port()
+    api_env = {
+        **env,
+        "APPROVALS_API_URL": f"http://127.0.0.1:{port}",
+        "APPROVALS_API_TOKEN": ambient,
+    }
     bot = start_bot(env, folder / "bot.log")
     worker = start_worker(env, folder / "worker.log", f"w-api-{time.monotonic_ns()}")
-    api, url = start_api(env, folder / "api.log")
+    api, url = start_api(api_env, folder / "api.log", port)
     processes = [bot, worker, api]
-    conn = redis.Redis.from_url(env["REDIS_URL"])
     running: Stack | None = None
     try:
         found_bot = bot_url(bot)
         wait_for_workers(env, [worker], 1)
-        running = Stack(env, found_bot, url, conn, slack_server, processes)
+        running = Stack(env, found_bot, url, conn, slack_server, processes, ambient_token=ambient)
         yield running
     finally:
         for client in running.clients if running else []:
@@ -159,14 +176,11 @@ class LoneApi:
         self.conn.hset(key, "status", "approved")
 
     def state(self) -> dict[bytes, Any]:
-        """Every key of its database DUMPed but the tokens' request counters (a refused
-        request with a valid token still counts against its rate)."""
+        """Every key of its database (``e2e.key_value``) but the tokens' request counters (a
+        refused request with a valid token still counts against its rate)."""
         rate = f"{store.PREFIX}rate:".encode()
         keys = sorted(k for k in self.conn.keys("*") if not k.startswith(rate))
-        pipe = self.conn.pipeline(transaction=False)
-        for key in keys:
-            pipe.dump(key)
-        return dict(zip(keys, pipe.execute(), strict=True))
+        return {key: key_value(self.conn, key) for key in keys}
 
 
 @pytest.fixture(scope="package")

@@ -95,8 +95,9 @@ def test_a_stored_lone_surrogate_is_answered_escaped(lone_api: LoneApi) -> None:
 
 
 def test_nan_and_infinity_are_refused_at_the_door(lone_api: LoneApi) -> None:
-    """``NaN``, ``Infinity`` and ``-Infinity`` are not JSON, and ``1e999`` is no number a
-    double holds: 422 saying so, nothing created (they were taken, and came back as ``null``)."""
+    """``NaN``, ``Infinity`` and ``-Infinity`` are not JSON (422 naming the argument), and
+    ``1e999`` is no number a double holds: nothing created (they were taken, and came back as
+    ``null``)."""
     headers = _headers(lone_api, "not-a-number")
     url = lone_api.url + ROUTE
     before = lone_api.state()
@@ -105,7 +106,8 @@ def test_nan_and_infinity_are_refused_at_the_door(lone_api: LoneApi) -> None:
         answer = httpx.post(url, content=raw, headers=headers)
         assert answer.status_code == 422, answer.text
         (problem,) = answer.json()["detail"]
-        assert problem["loc"] == ["body"] and problem["type"] == "json_invalid"
+        named = ["body", "arguments", "x"] if "e" not in constant.lower() else ["body"]
+        assert problem["loc"] == named and problem["type"] == "json_invalid"
         assert constant.lstrip("-") in problem["msg"]
         check(lone_api.url, ROUTE, "POST", answer)
     assert lone_api.state() == before
