@@ -117,8 +117,9 @@ def build_card(approval: Approval) -> list[Block]:
     blocks: list[Block] = [
         {"type": "header", "text": {"type": "plain_text", "text": truncate(title, HEADER_TEXT)}},
     ]
-    if approval.summary:
-        blocks.append(_section(f"*{approval.summary}*"))
+    summary = approval.shown_summary
+    if summary:
+        blocks.append(_section(f"*{summary}*"))
     if approval.preview:  # the caller's own markdown (external approvals)
         blocks.append(_section(truncate(approval.preview, SECTION_TEXT)))
     blocks.append({"type": "section", "fields": _fields(approval)})
@@ -143,7 +144,8 @@ def build_turn_card(calls: tuple[Approval, ...]) -> list[Block]:
     ]
     blocks.extend(_siblings(lead))
     for number, call in enumerate(calls[:TURN_CALLS_SHOWN], 1):
-        head = f"*{number}. `{call.tool_name}`*" + (f" · {call.summary}" if call.summary else "")
+        summary = call.shown_summary
+        head = f"*{number}. `{call.tool_name}`*" + (f" · {summary}" if summary else "")
         if call.status is Status.PENDING and call.votes:
             who = ", ".join(person(v) for v in call.votes)
             head += f" ({len(call.votes)} of {call.policy.approvals_required} approvals: {who})"
@@ -324,7 +326,7 @@ def build_reminder_message(approval: Approval, round_: int, of: int) -> list[Blo
 def build_reminder_dm(approval: Approval) -> list[Block]:
     """The direct message to an approver: what waits, and a link to its card."""
     link = card_link(approval)
-    what = approval.summary or f"`{approval.tool_name}`"
+    what = approval.shown_summary or f"`{approval.tool_name}`"
     where = f" <{link}|Open the card>" if link else ""
     return [_section(f":bell: *{what}* from {approval.agent} waits for your decision.{where}")]
 
@@ -341,7 +343,7 @@ def build_escalation_notice(approval: Approval, groups: list[str]) -> list[Block
 
 def build_grant_use_line(approval: Approval) -> list[Block]:
     """The one compact line posted when a grant let a call through without a card."""
-    what = approval.summary or f"`{approval.tool_name}`"
+    what = approval.shown_summary or f"`{approval.tool_name}`"
     return [_context(f":zap: {what} · {approval.agent} · {decision_line(approval)}")]
 
 

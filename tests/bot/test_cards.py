@@ -26,6 +26,7 @@ from approvals.cards import (
 )
 from approvals.limits import FIELD_TEXT, HEADER_TEXT, MESSAGE_BLOCKS, SECTION_TEXT, SIBLING_PREVIEW
 from approvals.models import DecisionKind, OnReject, Policy, RunResult, SiblingResult, Status
+from approvals.secrets import DEFAULT_SECRET_NAMES, MASK, secret_names
 from tests.factories import CREATED_AT, make_approval, make_decided, make_decision
 
 
@@ -115,6 +116,16 @@ def test_card_shows_the_arguments_in_a_code_block():
     text = code[0]["text"]["text"]
     assert text.endswith("```")
     assert json.loads(text.strip("`\n")) == {"path": "build/app.o", "recursive": True}
+
+
+def test_card_shows_a_bare_key_and_masks_a_key_that_looks_secret():
+    """``delete_key(key=...)`` shows which key; a value that looks secret is masked."""
+    names = secret_names(["key"], DEFAULT_SECRET_NAMES)
+    shown = build_card(make_approval(arguments={"key": "prod/db/users"}, secret_arguments=names))
+    assert '"key": "prod/db/users"' in _texts(shown)
+    token = "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
+    masked = _texts(build_card(make_approval(arguments={"key": token}, secret_arguments=names)))
+    assert token not in masked and f'"key": "{MASK}"' in masked
 
 
 def test_card_lists_siblings_that_already_ran():
