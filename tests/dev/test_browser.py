@@ -2,22 +2,21 @@
 agent's request, uses /agent-pending and the Home tab, and sees what Slack would show.
 
 Chromium and its driver are Debian's (``.ci/run`` installs them). Screenshots go to
-``artifacts/`` (kept by CI); ``docs/sandbox.png`` in the README is one of them.
+``artifacts/`` (kept by CI); ``docs/sandbox.png`` in the README is made by
+``python -m bench.screenshot`` the same way.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
-import shutil
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
@@ -33,40 +32,24 @@ from approvals.cards import (
     build_card,
 )
 from approvals.dev.sandbox.server import Sandbox
+from bench.screenshot import SIZE, capture, chromium, chromium_paths
 from tests.dev.conftest import ROOT
 from tests.factories import make_approval
 
 ARTIFACTS = ROOT / "artifacts"
 CHANNEL = "C0APPROVALS"
 ME = getpass.getuser()  # the sandbox's first person is named after the login running it
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1280,860",
-]
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not (chromium and driver):
+    if chromium_paths() is None:
         why = "Debian's chromium and chromium-driver are not installed (.ci/run installs them)"
         if os.environ.get("CI"):
             pytest.fail(why)
         pytest.skip(why)
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in [*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"]:
-        options.add_argument(flag)
-    chrome = webdriver.Chrome(service=Service(executable_path=driver), options=options)
-    yield chrome
-    chrome.quit()
+    with chromium(tmp_path_factory.mktemp("chromium")) as chrome:
+        yield chrome
 
 
 @pytest.fixture
@@ -326,3 +309,12 @@ def test_a_300_character_path_wraps_in_the_thread_instead_of_overflowing(browser
         ]
         assert not wide, wide
     shot(browser, "sandbox-long-path.png")
+
+
+def test_the_docs_picture_is_taken_from_the_sandbox_with_the_card_waiting(page, dev, tmp_path):
+    """``python -m bench.screenshot`` saves the sandbox, with a card that waits, at its size."""
+    dev.run_demo()
+    out = capture(page, dev.url, tmp_path / "sandbox.png")
+    header = out.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", header[16:24]) == SIZE
