@@ -8,6 +8,8 @@ constants that the bot's listeners register against.
 from __future__ import annotations
 
 import json
+import re
+import time
 from typing import Any
 
 from approvals.grants import Grant, Scope
@@ -78,6 +80,32 @@ def person(actor: str | None) -> str:
 def slack_date(epoch: float) -> str:
     """A date Slack shows in each reader's own time zone."""
     return f"<!date^{int(epoch)}^{{date_short_pretty}} {{time}}|{int(epoch)}>"
+
+
+#: Slack's ``<…>`` sequences in mrkdwn: mentions, dates, broadcasts and links.
+_SPECIAL = re.compile(r"<([^<>\n]+)>")
+
+
+def plain_text(mrkdwn: str) -> str:
+    """What the builders write for Slack, as a terminal should show it: dates in this
+    machine's local time, mentions as ``@id``, links as their label and address, and Slack's
+    three escapes undone."""
+    text = _SPECIAL.sub(lambda match: _plain_special(match.group(1)), mrkdwn)
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def _plain_special(inner: str) -> str:
+    target, _, label = inner.partition("|")
+    if target.startswith("!date^"):
+        epoch = target.split("^")[1]
+        if not epoch.isdigit():
+            return label or target
+        return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(int(epoch)))
+    if target.startswith(("@", "#")):
+        return target[0] + (label or target[1:])
+    if target.startswith("!"):  # !subteam^ID, !here, !channel
+        return "@" + (label or target[1:].split("^")[-1])
+    return f"{label} ({target})" if label and label != target else target
 
 
 def _md(text: str, limit: int = SECTION_TEXT) -> Block:

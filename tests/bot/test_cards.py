@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 
@@ -22,6 +23,7 @@ from approvals.cards import (
     decision_line,
     describe_state,
     edit_diff,
+    plain_text,
     slack_date,
 )
 from approvals.limits import FIELD_TEXT, HEADER_TEXT, MESSAGE_BLOCKS, SECTION_TEXT, SIBLING_PREVIEW
@@ -126,6 +128,20 @@ def test_card_shows_a_bare_key_and_masks_a_key_that_looks_secret():
     token = "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
     masked = _texts(build_card(make_approval(arguments={"key": token}, secret_arguments=names)))
     assert token not in masked and f'"key": "{MASK}"' in masked
+
+
+def test_plain_text_gives_a_terminal_local_times_and_no_slack_markup():
+    """Dates become local times, mentions ``@id``, links label and address, escapes undone."""
+    at = CREATED_AT + 60
+    text = plain_text(
+        f"approved by <@UALICE> {slack_date(at)} for <!subteam^SOPS> and <#C1|ops>: "
+        "see <https://example.com/run|the run>, &lt;b&gt; &amp; <https://example.com>"
+    )
+    local = time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(at))
+    assert text == (
+        f"approved by @UALICE {local} for @SOPS and #ops: "
+        "see the run (https://example.com/run), <b> & https://example.com"
+    )
 
 
 def test_card_lists_siblings_that_already_ran():
