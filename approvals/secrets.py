@@ -22,6 +22,7 @@ The record keeps the real values: the tool needs them, and operators can read th
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -69,6 +70,9 @@ MAX_SCANNED = 100_000
 
 #: The high-entropy detectors swap their patterns while they read, so one string at a time.
 _scanning = threading.Lock()
+#: Verdicts by the digest of the text, oldest first.
+_verdicts: dict[bytes, bool] = {}
+_REMEMBERED = 4096
 
 
 def _parts(name: str) -> list[str]:
@@ -155,12 +159,24 @@ def _leaves(value: Any) -> Iterator[str]:
 
 
 def looks_secret(text: str) -> bool:
-    """Whether ``detect-secrets`` finds a secret in ``text`` (one too long to read counts)."""
+    """Whether ``detect-secrets`` finds a secret in ``text`` (one too long to read counts).
+
+    A card, its list entry and its summary show the same values again and again, so each
+    verdict is remembered by the text's digest (not the text: the values stay out of memory).
+    """
     if len(text) > MAX_SCANNED:
         return True
     detectors = _detectors()
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
     with _scanning:
-        return any(_counts(detectors[found.type], found.secret_value) for found in scan_line(text))
+        verdict = _verdicts.pop(digest, None)
+        if verdict is None:
+            found = scan_line(text)
+            verdict = any(_counts(detectors[f.type], f.secret_value) for f in found)
+        _verdicts[digest] = verdict  # the newest last; the oldest goes first
+        if len(_verdicts) > _REMEMBERED:
+            del _verdicts[next(iter(_verdicts))]
+        return verdict
 
 
 def _counts(detector: BasePlugin, found: str | None) -> bool:
