@@ -26,16 +26,10 @@ import hashlib
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-from detect_secrets.core.scan import scan_line
-from detect_secrets.plugins.base import BasePlugin
-from detect_secrets.plugins.high_entropy_strings import (
-    HexHighEntropyString,
-    HighEntropyStringsPlugin,
-)
-from detect_secrets.settings import get_plugins, get_settings
+if TYPE_CHECKING:  # detect-secrets is imported when a value is first read: it is slow to load
+    from detect_secrets.plugins.base import BasePlugin
 
 DEFAULT_SECRET_NAMES = (
     "token",
@@ -166,22 +160,30 @@ def looks_secret(text: str) -> bool:
     """
     if len(text) > MAX_SCANNED:
         return True
+    from detect_secrets.core.scan import scan_line
+
     detectors = _detectors()
     digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
     with _scanning:
         verdict = _verdicts.pop(digest, None)
         if verdict is None:
             found = scan_line(text)
-            verdict = any(_counts(detectors[f.type], f.secret_value) for f in found)
+            verdict = any(_counts(detectors.get(f.type), f.secret_value) for f in found)
         _verdicts[digest] = verdict  # the newest last; the oldest goes first
         if len(_verdicts) > _REMEMBERED:
             del _verdicts[next(iter(_verdicts))]
         return verdict
 
 
-def _counts(detector: BasePlugin, found: str | None) -> bool:
+def _counts(detector: BasePlugin | None, found: str | None) -> bool:
     """A find is a secret, except a high-entropy string below its detector's limit (the
-    detector reports those too when it reads a bare string) or a hex run too short for a key."""
+    detector reports those too when it reads a bare string) or a hex run too short for a key.
+    A find of a detector not known here counts."""
+    from detect_secrets.plugins.high_entropy_strings import (
+        HexHighEntropyString,
+        HighEntropyStringsPlugin,
+    )
+
     if not isinstance(detector, HighEntropyStringsPlugin) or found is None:
         return True
     if isinstance(detector, HexHighEntropyString) and len(found) < _HEX_KEY_LENGTH:
@@ -193,6 +195,9 @@ def _counts(detector: BasePlugin, found: str | None) -> bool:
 def _detectors() -> dict[str, BasePlugin]:
     """Every detector ``detect-secrets`` ships but ``_NOT_SECRETS``, by the type it reports
     (configured once per process: the library keeps its settings globally)."""
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.settings import get_plugins, get_settings
+
     shipped: list[type[BasePlugin]] = list(get_mapping_from_secret_type_to_class().values())
     with _scanning:
         settings = get_settings()
