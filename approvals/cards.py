@@ -8,6 +8,8 @@ constants that the bot's listeners register against.
 from __future__ import annotations
 
 import json
+import re
+import time
 from typing import Any
 
 from approvals.grants import Grant, Scope
@@ -80,6 +82,32 @@ def slack_date(epoch: float) -> str:
     return f"<!date^{int(epoch)}^{{date_short_pretty}} {{time}}|{int(epoch)}>"
 
 
+#: Slack's ``<…>`` sequences in mrkdwn: mentions, dates, broadcasts and links.
+_SPECIAL = re.compile(r"<([^<>\n]+)>")
+
+
+def plain_text(mrkdwn: str) -> str:
+    """What the builders write for Slack, as a terminal should show it: dates in this
+    machine's local time, mentions as ``@id``, links as their label and address, and Slack's
+    three escapes undone."""
+    text = _SPECIAL.sub(lambda match: _plain_special(match.group(1)), mrkdwn)
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def _plain_special(inner: str) -> str:
+    target, _, label = inner.partition("|")
+    if target.startswith("!date^"):
+        epoch = target.split("^")[1]
+        if not epoch.isdigit():
+            return label or target
+        return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(int(epoch)))
+    if target.startswith(("@", "#")):
+        return target[0] + (label or target[1:])
+    if target.startswith("!"):  # !subteam^ID, !here, !channel
+        return "@" + (label or target[1:].split("^")[-1])
+    return f"{label} ({target})" if label and label != target else target
+
+
 def _md(text: str, limit: int = SECTION_TEXT) -> Block:
     return {"type": "mrkdwn", "text": truncate(text, limit)}
 
@@ -117,8 +145,9 @@ def build_card(approval: Approval) -> list[Block]:
     blocks: list[Block] = [
         {"type": "header", "text": {"type": "plain_text", "text": truncate(title, HEADER_TEXT)}},
     ]
-    if approval.summary:
-        blocks.append(_section(f"*{approval.summary}*"))
+    summary = approval.shown_summary
+    if summary:
+        blocks.append(_section(f"*{summary}*"))
     if approval.preview:  # the caller's own markdown (external approvals)
         blocks.append(_section(truncate(approval.preview, SECTION_TEXT)))
     blocks.append({"type": "section", "fields": _fields(approval)})
@@ -143,7 +172,8 @@ def build_turn_card(calls: tuple[Approval, ...]) -> list[Block]:
     ]
     blocks.extend(_siblings(lead))
     for number, call in enumerate(calls[:TURN_CALLS_SHOWN], 1):
-        head = f"*{number}. `{call.tool_name}`*" + (f" · {call.summary}" if call.summary else "")
+        summary = call.shown_summary
+        head = f"*{number}. `{call.tool_name}`*" + (f" · {summary}" if summary else "")
         if call.status is Status.PENDING and call.votes:
             who = ", ".join(person(v) for v in call.votes)
             head += f" ({len(call.votes)} of {call.policy.approvals_required} approvals: {who})"
@@ -324,7 +354,7 @@ def build_reminder_message(approval: Approval, round_: int, of: int) -> list[Blo
 def build_reminder_dm(approval: Approval) -> list[Block]:
     """The direct message to an approver: what waits, and a link to its card."""
     link = card_link(approval)
-    what = approval.summary or f"`{approval.tool_name}`"
+    what = approval.shown_summary or f"`{approval.tool_name}`"
     where = f" <{link}|Open the card>" if link else ""
     return [_section(f":bell: *{what}* from {approval.agent} waits for your decision.{where}")]
 
@@ -341,7 +371,7 @@ def build_escalation_notice(approval: Approval, groups: list[str]) -> list[Block
 
 def build_grant_use_line(approval: Approval) -> list[Block]:
     """The one compact line posted when a grant let a call through without a card."""
-    what = approval.summary or f"`{approval.tool_name}`"
+    what = approval.shown_summary or f"`{approval.tool_name}`"
     return [_context(f":zap: {what} · {approval.agent} · {decision_line(approval)}")]
 
 

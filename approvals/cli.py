@@ -18,7 +18,7 @@ import click
 import redis
 
 from approvals import grants, lookup, policy, queue, store
-from approvals.cards import decision_line
+from approvals.cards import decision_line, plain_text
 from approvals.config import Settings
 from approvals.dev.cli import demo_run, dev_run
 from approvals.errors import ApprovalsError
@@ -350,7 +350,7 @@ def _decide(settings: Settings, approval_id: str, kind: DecisionKind, reason: st
         conn, settings, approval_id, kind, CLI_ACTOR_PREFIX + getpass.getuser(), reason=reason
     )
     queue.enqueue_announce(conn, settings, approval_id)
-    click.echo(f"{approval_id}: {decision_line(approval)}")
+    click.echo(f"{approval_id}: {plain_text(decision_line(approval))}")
 
 
 def _summary(approval: Approval) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from approvals.config import Settings
 from approvals.errors import CorruptRecord, NotAllowed
 from approvals.models import Approval, DecisionKind
 from approvals.review import GroupMembers, _no_groups, decide, precheck
+from approvals.secrets import DEFAULT_SECRET_NAMES, MASK, mask, secret_names
 
 HOUR = 3600.0
 #: A run grant lasts as long as a run may reasonably wait; it matches only its own run.
@@ -115,8 +116,20 @@ class Grant:
         if self.scope is Scope.RUN:
             what += f", run {self.run_id}"
         if self.scope is Scope.ARGUMENTS:
-            what += f", arguments {self.arguments}"
+            what += f", arguments {_shown(self.arguments)}"
         return what
+
+
+def _shown(arguments: str | None) -> str:
+    """A grant's arguments as people may see them (it keeps no record of which were secret,
+    so names are matched against the default list)."""
+    try:
+        loaded = json.loads(arguments or "")
+    except ValueError:
+        return MASK
+    if not isinstance(loaded, dict):
+        return MASK
+    return canonical(mask(loaded, secret_names(loaded, DEFAULT_SECRET_NAMES)))
 
 
 @dataclass(frozen=True)

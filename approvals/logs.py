@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -31,6 +32,24 @@ _approval_id: ContextVar[str | None] = ContextVar("approval_id", default=None)
 
 #: Marks the handler ``configure_logging`` installed, so that calling it again replaces it.
 _OURS = "_approvals_handler"
+#: RQ's INFO lines that repeat while nothing happens (the registry sweep of every maintenance
+#: round, the pub/sub channel) or that say again what a job's one line says (that it was
+#: taken, "Job OK", how long its result is kept). Each job keeps RQ's "Successfully completed"
+#: line, and a failure its warning and traceback. Matched by the unformatted template, which
+#: RQ keeps from version to version; one that changes only shows again.
+_RQ_CHATTER = frozenset(
+    {
+        "Worker %s: cleaning registries for queue: %s",
+        "Worker %s: cleaning group registries",
+        "Worker %s: subscribing to channel %s",
+        "Worker %s: unsubscribing from channel %s",
+        "Worker %s: %s: %s (%s)",  # a job taken (with its description), and "Job OK"
+        "Worker %s: %s: %s",  # a job taken
+        "Worker %s: job %s result discarded immediately",
+        "Worker %s: job %s result is kept for %s seconds",
+        "Worker %s: job %s result will never expire, clean up result key manually",
+    }
+)
 #: Libraries whose INFO lines say nothing an operator acts on: Alembic names the plugins it
 #: loads, and the database it found each time the archive's schema is checked (as a worker
 #: does when the archive is down, every retry).
@@ -67,6 +86,31 @@ class ApprovalFilter(logging.Filter):
         if getattr(record, "approval_id", None) is None:
             record.approval_id = _approval_id.get()
         return True
+
+
+def is_chatter(record: logging.LogRecord) -> bool:
+    """Whether a record is one of RQ's repeated INFO lines (``_RQ_CHATTER``)."""
+    return (
+        record.levelno == logging.INFO
+        and record.name.startswith("rq.")
+        and isinstance(record.msg, str)
+        and record.msg in _RQ_CHATTER
+    )
+
+
+def _log_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """A Python warning as one log line (``warnings.showwarning``): where, what, and no
+    source line, so a warning is one line in a terminal as in a collector."""
+    logging.getLogger("py.warnings").warning(
+        "%s:%d: %s: %s", filename, lineno, category.__name__, message
+    )
 
 
 class JsonFormatter(logging.Formatter):
@@ -117,8 +161,9 @@ def configure_logging(settings: Settings, stream: TextIO | None = None) -> loggi
     Call it once at process start, before RQ's ``Worker.work()`` (which would otherwise install
     its own plain-text handlers). Calling it again replaces the handler it installed before;
     handlers that others added to the root logger (pytest's, for instance) are left alone.
-    Python warnings are routed through logging too, so that in ``json`` mode no stray
-    multi-line text lands between the JSON lines.
+    Python warnings are routed through logging too, one line each, so that in ``json`` mode no
+    stray multi-line text lands between the JSON lines. RQ's repeated INFO lines are left out
+    (``_RQ_CHATTER``): one line per job, none while the worker idles.
 
     Returns the handler, so a caller (a test) can remove it again.
     """
@@ -126,6 +171,7 @@ def configure_logging(settings: Settings, stream: TextIO | None = None) -> loggi
     formatter = JsonFormatter() if settings.log_format == "json" else TextFormatter()
     handler.setFormatter(formatter)
     handler.addFilter(ApprovalFilter())
+    handler.addFilter(lambda record: not is_chatter(record))
     setattr(handler, _OURS, True)
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, _OURS, False)]:
@@ -134,5 +180,5 @@ def configure_logging(settings: Settings, stream: TextIO | None = None) -> loggi
     root.setLevel(logging.INFO)
     for name in _QUIET_BELOW_WARNING:
         logging.getLogger(name).setLevel(logging.WARNING)
-    logging.captureWarnings(True)
+    warnings.showwarning = _log_warning
     return handler

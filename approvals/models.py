@@ -29,7 +29,7 @@ from enum import StrEnum
 from typing import Any
 
 from approvals.errors import CorruptRecord
-from approvals.secrets import mask
+from approvals.secrets import mask, mask_text
 
 
 class Status(StrEnum):
@@ -354,8 +354,13 @@ class Approval:
         """The argument names a reviewer may change."""
         names = list(self.tool.schema.get("properties", {}))
         names += [name for name in self.arguments if name not in names]
-        # A secret cannot be edited: the modal would have to show its value.
-        names = [n for n in names if n not in self.secret_arguments]
+        # A secret (by name, or a masked value) cannot be edited: the modal would show it.
+        shown = self.shown_arguments
+        names = [
+            n
+            for n in names
+            if n not in self.secret_arguments and shown.get(n) == self.arguments.get(n)
+        ]
         allowed = self.policy.editable
         return names if allowed is None else [n for n in names if n in allowed]
 
@@ -363,6 +368,14 @@ class Approval:
     def shown_arguments(self) -> dict[str, Any]:
         """The proposed arguments as people may see them: secrets masked."""
         return mask(self.arguments, self.secret_arguments)
+
+    @property
+    def shown_summary(self) -> str | None:
+        """The summary as people may see it: the gate filled it in with the arguments, so
+        what is masked in them is masked in it."""
+        if self.summary is None:
+            return None
+        return mask_text(self.summary, self.arguments, self.shown_arguments)
 
 
 def decision_to_dict(decision: Decision) -> dict[str, Any]:

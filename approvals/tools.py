@@ -195,6 +195,10 @@ def import_modules(allowed: Sequence[str]) -> None:
 
 def _describe_functions(module: types.ModuleType) -> None:
     for value in list(vars(module).values()):
+        # An llm plugin hook beside the tools (``register_models(register)``) is no tool, and
+        # pydantic warns about a field named ``register``.
+        if hasattr(value, "llm_impl"):
+            continue
         if inspect.isfunction(value) and value.__module__ == module.__name__:
             try:
                 describe_tool(value)

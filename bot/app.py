@@ -10,6 +10,7 @@ from typing import Any
 
 import redis
 from slack_bolt import App, BoltRequest, BoltResponse
+from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_bolt.middleware import Middleware
 
 from approvals import keys, slack, store
@@ -24,6 +25,21 @@ log = logging.getLogger(__name__)
 #: not more, because the work shares the interpreter with the threads answering Slack, and
 #: in a burst of clicks more of it at once only delays the answers.
 WORK_THREADS = 2
+
+
+class _TokenGoesToTheClient(logging.Filter):
+    """Bolt warns that ``SLACK_BOT_TOKEN`` will be unused whenever it is given a client while
+    that variable is set; our client is built from that very token, so the warning is false
+    (and came at every start of every bot process)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != warning_client_prioritized_and_token_skipped()
+
+
+def _drop_false_token_warning() -> None:
+    bolt = logging.getLogger("slack_bolt.App")  # the logger Bolt's App warns on
+    if not any(isinstance(f, _TokenGoesToTheClient) for f in bolt.filters):
+        bolt.addFilter(_TokenGoesToTheClient())
 
 
 def check_settings(settings: Settings) -> None:
@@ -51,6 +67,7 @@ def create_app(
     socket_mode = settings.slack_app_token is not None
     client = slack.web_client(settings)
     runtime = Runtime(settings=settings, conn=conn or store.connect(settings), client=client)
+    _drop_false_token_warning()
     app = App(
         client=client,
         # Bolt verifies every HTTP request's signature; Socket Mode requests carry none.

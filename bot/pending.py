@@ -29,7 +29,7 @@ HOME_GRANTS = 15
 
 
 def _item(approval: Approval) -> list[Block]:
-    title = approval.summary or approval.tool_name
+    title = approval.shown_summary or approval.tool_name
     args = cards.arguments_text(approval.shown_arguments, 600)
     where = f"{approval.agent} · `{approval.tool_name}` · `{approval.id}`"
     requested = f" · for {cards.person(approval.requested_by)}" if approval.requested_by else ""
@@ -90,7 +90,7 @@ def build_bulk_block(approvals: Sequence[Approval], offset: int) -> Block:
 
 
 def _label(approval: Approval) -> str:
-    return f"{approval.summary or approval.tool_name} · {approval.id}"
+    return f"{approval.shown_summary or approval.tool_name} · {approval.id}"
 
 
 def selected_ids(state: Any) -> list[str]:
@@ -110,7 +110,7 @@ def selected_ids(state: Any) -> list[str]:
 def build_recent_section(recent: Sequence[Approval]) -> Block:
     """The latest decisions in one block (people, rules, grants and expiry alike)."""
     lines = [
-        f"`{a.id}` {a.summary or a.tool_name} · {a.agent}: {cards.describe_state(a)}"
+        f"`{a.id}` {a.shown_summary or a.tool_name} · {a.agent}: {cards.describe_state(a)}"
         for a in recent
     ]
     text = "*Recent decisions*\n" + ("\n".join(lines) if lines else "None yet.")
@@ -176,7 +176,8 @@ def build_home(page: Page, recent: list[Approval], grants: Sequence[Grant] = ())
     if not recent:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "None yet."}})
     for approval in recent:
-        line = f"*{approval.summary or approval.tool_name}* · {approval.agent} · `{approval.id}`"
+        what = approval.shown_summary or approval.tool_name
+        line = f"*{what}* · {approval.agent} · `{approval.id}`"
         text = f"{line}\n{cards.describe_state(approval)}"
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, 3000)}})
     if grants:

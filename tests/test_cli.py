@@ -1,14 +1,20 @@
-"""The ``approvals`` command when what it needs is down or refuses it: one line that says what
-failed, where (no password) and what to do, and a non-zero exit; never a traceback. Each runs
-the real CLI as a process, against a closed port or the Slack stand-in refusing the token."""
+"""The ``approvals`` command as a real process: its decisions in plain text and local time, and,
+when what it needs is down or refuses it, one line that says what failed, where (no password)
+and what to do, and a non-zero exit; never a traceback (against a closed port or the Slack
+stand-in refusing the token)."""
 
 from __future__ import annotations
 
+import getpass
 import os
 import subprocess
+import time
 
 import pytest
 
+from approvals import run_agent, store
+from tests.agents import tools
+from tests.agents.scripted import calls, say, script
 from tests.conftest import SIGNING_SECRET
 from tests.processes import ROOT, approvals_command, free_port
 
@@ -82,3 +88,25 @@ def test_the_bot_in_socket_mode_with_an_app_token_slack_refuses_says_so_in_one_l
     socket_env = {**env, "SLACK_APP_TOKEN": "xapp-1-wrong", "SLACK_SIGNING_SECRET": SIGNING_SECRET}
     code, output = run(socket_env, "bot")
     assert_one_line(code, output, "invalid_auth", "SLACK_APP_TOKEN", "connections:write")
+
+
+#: A zone far from UTC, spelled for the C library (no tz database needed): UTC+05:30.
+INDIA = "IST-5:30"
+
+
+@pytest.mark.parametrize("verb", ["approve", "reject"])
+def test_a_decision_is_printed_as_plain_text_in_local_time(env, conn, verb):
+    """`approvals approve` / `reject` print who decided and when in the terminal's own time
+    zone, with no Slack markup (``<!date^…>``, ``<@…>``)."""
+    prompt = script(calls(("delete_path", {"path": "build/app.o"})), say("done"))
+    pause_id = run_agent("scripted", prompt, tools=[tools.delete_path]).pause_id
+    assert pause_id is not None
+    reason = ("--reason", "keep it") if verb == "reject" else ()
+    code, output = run({**env, "TZ": INDIA}, verb, pause_id, *reason)
+    assert code == 0, output
+    decision = store.load(conn, pause_id).decision
+    assert decision is not None
+    when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(decision.at + 5.5 * 3600))
+    done = {"approve": "approved", "reject": "rejected"}[verb]
+    why = ": keep it" if verb == "reject" else ""
+    assert output == f"{pause_id}: {done} by {getpass.getuser()} (CLI) {when} IST{why}\n"

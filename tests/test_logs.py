@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
@@ -31,6 +32,7 @@ def capture() -> Iterator[Callable[[str], io.StringIO]]:
     """configure_logging into a buffer; the root logger is put back afterwards."""
     root = logging.getLogger()
     level = root.level
+    showwarning = warnings.showwarning
     handlers: list[logging.Handler] = []
 
     def configure(log_format: str) -> io.StringIO:
@@ -42,7 +44,7 @@ def capture() -> Iterator[Callable[[str], io.StringIO]]:
     for handler in handlers:
         root.removeHandler(handler)
     root.setLevel(level)
-    logging.captureWarnings(False)
+    warnings.showwarning = showwarning
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
@@ -100,6 +102,40 @@ def test_text_lines_tag_the_approval(capture):
     outside, inside = stream.getvalue().splitlines()
     assert outside.endswith(" INFO tests.logs outside")
     assert inside.endswith(" INFO tests.logs [approval a1] inside")
+
+
+def test_rq_says_one_line_per_job_and_nothing_while_idle(capture):
+    """RQ's registry sweeps, pub/sub lines, "Job OK" and result lifespans are left out; the
+    job's "Successfully completed" line, RQ's start-up lines and its warnings stay."""
+    stream = capture("text")
+    rq = logging.getLogger("rq.worker")
+    rq.info("Worker %s: cleaning registries for queue: %s", "w1", "approvals")
+    rq.info("Worker %s: cleaning group registries", "w1")
+    rq.info("Worker %s: subscribing to channel %s", "w1", "rq:pubsub:w1")
+    rq.info("Worker %s: %s: %s (%s)", "w1", "approvals", "worker.jobs.post_card('a1')", "card-a1")
+    rq.info("Successfully completed %s job in %ss on worker %s", "post_card('a1')", 0.04, "w1")
+    rq.info("Worker %s: %s: %s (%s)", "w1", "approvals", "Job OK", "card-a1")
+    rq.info("Worker %s: job %s result is kept for %s seconds", "w1", "resume-a1", 3600)
+    rq.info("Worker %s: started with PID %d, version %s", "w1", 1, "3.0.0")
+    rq.warning("Worker %s: %s: %s (%s)", "w1", "approvals", "a warning", "card-a1")
+    lines = stream.getvalue().splitlines()
+    assert [line.split(" rq.worker ", 1)[1] for line in lines] == [
+        "Successfully completed post_card('a1') job in 0.04s on worker w1",
+        "Worker w1: started with PID 1, version 3.0.0",
+        "Worker w1: approvals: a warning (card-a1)",
+    ]
+
+
+def test_a_python_warning_is_one_log_line(capture):
+    """A warning is logged on one line (no source line under it), in text as in JSON."""
+    stream = capture("json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("a field shadows an attribute", UserWarning, stacklevel=1)
+    (line,) = json_lines(stream.getvalue())
+    assert line["logger"] == "py.warnings" and line["level"] == "WARNING"
+    assert line["message"].endswith(": UserWarning: a field shadows an attribute")
+    assert "\n" not in line["message"]
 
 
 def test_configuring_twice_replaces_the_handler(capture):

@@ -107,6 +107,13 @@ def set_password(user: str, new_password: str, api_key: str = "") -> str:
     return f"password of {user} changed"
 
 
+@requires_approval(summary="Delete {key}")
+def delete_key(key: str) -> str:
+    """Delete a key from the store (a bare ``key`` is a name, not a secret: it is shown)."""
+    _record("delete_key", key=key)
+    return f"deleted {key}"
+
+
 @requires_approval(summary="Publish {slug}")
 async def publish_post(slug: str) -> str:
     """Publish a blog post (a coroutine tool: llm awaits it)."""

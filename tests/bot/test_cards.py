@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 
@@ -22,10 +23,12 @@ from approvals.cards import (
     decision_line,
     describe_state,
     edit_diff,
+    plain_text,
     slack_date,
 )
 from approvals.limits import FIELD_TEXT, HEADER_TEXT, MESSAGE_BLOCKS, SECTION_TEXT, SIBLING_PREVIEW
 from approvals.models import DecisionKind, OnReject, Policy, RunResult, SiblingResult, Status
+from approvals.secrets import DEFAULT_SECRET_NAMES, MASK, secret_names
 from tests.factories import CREATED_AT, make_approval, make_decided, make_decision
 
 
@@ -115,6 +118,30 @@ def test_card_shows_the_arguments_in_a_code_block():
     text = code[0]["text"]["text"]
     assert text.endswith("```")
     assert json.loads(text.strip("`\n")) == {"path": "build/app.o", "recursive": True}
+
+
+def test_card_shows_a_bare_key_and_masks_a_key_that_looks_secret():
+    """``delete_key(key=...)`` shows which key; a value that looks secret is masked."""
+    names = secret_names(["key"], DEFAULT_SECRET_NAMES)
+    shown = build_card(make_approval(arguments={"key": "prod/db/users"}, secret_arguments=names))
+    assert '"key": "prod/db/users"' in _texts(shown)
+    token = "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
+    masked = _texts(build_card(make_approval(arguments={"key": token}, secret_arguments=names)))
+    assert token not in masked and f'"key": "{MASK}"' in masked
+
+
+def test_plain_text_gives_a_terminal_local_times_and_no_slack_markup():
+    """Dates become local times, mentions ``@id``, links label and address, escapes undone."""
+    at = CREATED_AT + 60
+    text = plain_text(
+        f"approved by <@UALICE> {slack_date(at)} for <!subteam^SOPS> and <#C1|ops>: "
+        "see <https://example.com/run|the run>, &lt;b&gt; &amp; <https://example.com>"
+    )
+    local = time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(at))
+    assert text == (
+        f"approved by @UALICE {local} for @SOPS and #ops: "
+        "see the run (https://example.com/run), <b> & https://example.com"
+    )
 
 
 def test_card_lists_siblings_that_already_ran():

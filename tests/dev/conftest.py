@@ -7,13 +7,14 @@ import os
 import re
 import subprocess
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Process, approvals_command, wait_until
+from tests.processes import Process, approvals_command, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 ME = "U0DEV"
@@ -41,7 +42,8 @@ class Dev:
 
     @property
     def info(self) -> dict[str, Any]:
-        return json.loads((self.data_dir / "dev.json").read_text())
+        info: dict[str, Any] = json.loads((self.data_dir / "dev.json").read_text())
+        return info
 
     def output(self) -> str:
         return self.process.output()
@@ -49,7 +51,8 @@ class Dev:
     def state(self, user: str = ME, **params: str) -> dict[str, Any]:
         query = "&".join(f"{k}={v}" for k, v in {"user": user, "since": "-1", **params}.items())
         with urllib.request.urlopen(f"{self.url}sandbox/state?{query}", timeout=30) as response:
-            return json.loads(response.read())
+            answer: dict[str, Any] = json.loads(response.read())
+            return answer
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(
@@ -59,7 +62,8 @@ class Dev:
             method="POST",
         )
         with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read())
+            answer: dict[str, Any] = json.loads(response.read())
+            return answer
 
     def run_demo(self) -> str:
         """The demo agent, run in this process as ``approvals demo`` runs it (faster than a
@@ -134,7 +138,7 @@ def start_dev(
 
 
 @pytest.fixture(scope="session")
-def shared_dev(tmp_path_factory):
+def shared_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     """One ``approvals dev`` for the tests that only add cards and click (it takes seconds
     to start: the bot and the worker are separate Python processes)."""
     folder = tmp_path_factory.mktemp("dev")
@@ -144,7 +148,7 @@ def shared_dev(tmp_path_factory):
 
 
 @pytest.fixture
-def dev(shared_dev, request):
+def dev(shared_dev: Dev, request: pytest.FixtureRequest) -> Iterator[Dev]:
     """The shared ``approvals dev``; its output is shown when the test fails."""
     yield shared_dev
     if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:

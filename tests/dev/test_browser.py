@@ -2,59 +2,54 @@
 agent's request, uses /agent-pending and the Home tab, and sees what Slack would show.
 
 Chromium and its driver are Debian's (``.ci/run`` installs them). Screenshots go to
-``artifacts/`` (kept by CI); ``docs/sandbox.png`` in the README is one of them.
+``artifacts/`` (kept by CI); ``docs/sandbox.png`` in the README is made by
+``python -m bench.screenshot`` the same way.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
-import shutil
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
+from slack_sdk import WebClient
 
+from approvals.cards import (
+    APPROVE_ACTION,
+    APPROVE_SCOPE_ACTION,
+    EDIT_ACTION,
+    REJECT_ACTION,
+    RESPOND_ACTION,
+    build_card,
+)
+from approvals.dev.sandbox.server import Sandbox
+from bench.screenshot import SIZE, capture, chromium, chromium_paths
 from tests.dev.conftest import ROOT
+from tests.factories import make_approval
 
 ARTIFACTS = ROOT / "artifacts"
+CHANNEL = "C0APPROVALS"
 ME = getpass.getuser()  # the sandbox's first person is named after the login running it
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1280,860",
-]
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not (chromium and driver):
+    if chromium_paths() is None:
         why = "Debian's chromium and chromium-driver are not installed (.ci/run installs them)"
         if os.environ.get("CI"):
             pytest.fail(why)
         pytest.skip(why)
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in [*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"]:
-        options.add_argument(flag)
-    chrome = webdriver.Chrome(service=Service(executable_path=driver), options=options)
-    yield chrome
-    chrome.quit()
+    with chromium(tmp_path_factory.mktemp("chromium")) as chrome:
+        yield chrome
 
 
 @pytest.fixture
@@ -244,3 +239,82 @@ def test_agent_pending_and_the_home_tab_list_what_waits(page, dev):
     confirm(page, "Run delete_path now?")
     card_shows(page, ts, "Completed")
     assert nothing_unrendered(page)
+
+
+# --- layout: the bot's own cards, posted to a sandbox with no bot behind it ---------------------
+
+
+@pytest.fixture(scope="module")
+def cards_page(browser):
+    """A sandbox alone, and a function that posts the bot's own Block Kit to it (as the bot
+    would, through the Web API) and returns the message's ts once the page shows it."""
+    sandbox = Sandbox(channel=CHANNEL, channel_name="approvals", users={"U0DEV": ME})
+    sandbox.start(port=0)
+    web = WebClient(token=sandbox.token, base_url=sandbox.api_url)
+
+    def post(blocks: list[dict[str, Any]], thread_ts: str | None = None) -> str:
+        sent = web.chat_postMessage(
+            channel=CHANNEL, blocks=blocks, text="a card", thread_ts=thread_ts
+        )
+        return str(sent["ts"])
+
+    browser.get(sandbox.url)
+    yield post
+    sandbox.stop()
+
+
+def geometry(browser, element: WebElement) -> dict[str, float]:
+    """Where an element is drawn, and how wide its content is against its box."""
+    return browser.execute_script(  # type: ignore[no-any-return]
+        "const r = arguments[0].getBoundingClientRect();"
+        "return {top: r.top, bottom: r.bottom, height: r.height,"
+        " scroll: arguments[0].scrollWidth, client: arguments[0].clientWidth};",
+        element,
+    )
+
+
+def test_a_cards_buttons_and_scope_menu_sit_in_one_row_as_in_slack(browser, cards_page):
+    """Approve, "Approve for…", Reject, Edit and Respond share one row (Slack wraps an
+    actions block only when its elements do not fit); the menu is not drawn full width."""
+    ts = cards_page(build_card(make_approval()))
+    actions = until(browser, lambda: card(browser, ts).find_element(By.CSS_SELECTOR, ".bk-actions"))
+    elements = actions.find_elements(By.CSS_SELECTOR, "[data-action-id]")
+    assert [e.get_attribute("data-action-id") for e in elements] == [
+        APPROVE_ACTION, APPROVE_SCOPE_ACTION, REJECT_ACTION, EDIT_ACTION, RESPOND_ACTION,
+    ]  # fmt: skip
+    rows = [geometry(browser, e) for e in elements]
+    assert max(r["top"] for r in rows) - min(r["top"] for r in rows) < 4, rows
+    assert geometry(browser, actions)["height"] < 2 * max(r["height"] for r in rows)
+
+
+def test_a_300_character_path_wraps_in_the_thread_instead_of_overflowing(browser, cards_page):
+    """A long unbroken path on the card, its summary and a reply wraps inside the thread pane
+    and the channel: nothing is wider than its box."""
+    path = "/srv/builds/" + "averylongfoldername_" * 15 + "app.o"
+    assert len(path) >= 300 and " " not in path
+    approval = make_approval(arguments={"path": path}, summary=f"Delete {path}")
+    ts = cards_page(build_card(approval))
+    cards_page(
+        [{"type": "section", "text": {"type": "mrkdwn", "text": f"Done: deleted `{path}`."}}], ts
+    )
+    click_in_card(browser, ts, "button.replies")
+    thread = until(browser, lambda: browser.find_element(By.ID, "thread"))
+    until(browser, lambda: "Done: deleted" in thread.text)
+    for pane in (thread, browser.find_element(By.ID, "messages")):
+        boxes = [pane, *pane.find_elements(By.CSS_SELECTOR, ".msg, .msg *")]
+        wide = [
+            (b.tag_name, b.get_attribute("class"), g)
+            for b in boxes
+            if (g := geometry(browser, b))["scroll"] > g["client"] + 1 and g["client"] > 0
+        ]
+        assert not wide, wide
+    shot(browser, "sandbox-long-path.png")
+
+
+def test_the_docs_picture_is_taken_from_the_sandbox_with_the_card_waiting(page, dev, tmp_path):
+    """``python -m bench.screenshot`` saves the sandbox, with a card that waits, at its size."""
+    dev.run_demo()
+    out = capture(page, dev.url, tmp_path / "sandbox.png")
+    header = out.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", header[16:24]) == SIZE

@@ -274,3 +274,29 @@ def test_with_socket_mode_the_sandbox_talks_to_the_bot_over_its_websocket(tmp_pa
         raise
     finally:
         dev.stop()
+
+
+def test_the_terminal_says_each_thing_once_and_nothing_while_idle(tmp_path):
+    """A pause and an approval in `approvals dev`'s terminal: no warning, none of RQ's idle or
+    repeated lines (registry sweeps, pub/sub, "Job OK", result lifespans), one line per job,
+    and no line twice."""
+    dev = start_dev(tmp_path / "data", tmp_path / "dev.log")
+    try:
+        approval_id = dev.demo()
+        ts, _ = card_of(dev, approval_id)
+        approve(dev, approval_id, ts)
+        card_showing(dev, ts, "Completed")
+        resumed = f"worker.jobs.resume_approval('{approval_id}')"
+        wait_until(lambda: resumed in dev.output(), 20, "the resume's line")
+    finally:
+        dev.stop()
+    output = dev.output()
+    assert "WARNING" not in output and "Warning" not in output, output
+    for chatter in ("cleaning registries", "subscribing to channel", "Job OK", "result is kept"):
+        assert chatter not in output, output
+    for job in ("post_card", "resume_approval"):
+        assert output.count(f"worker.jobs.{job}('{approval_id}')") == 1, output
+    # What each line says, without its time: nothing is said twice.
+    said = [re.sub(r"^(\[\w+\] )?[\d-]+ [\d:,]+ ", r"\1", line) for line in output.splitlines()]
+    repeated = {line for line in said if line.strip() and said.count(line) > 1}
+    assert not repeated, output

@@ -266,7 +266,9 @@ def _action_select(element: Block, block_id: str, ctx: TextContext) -> str:
         text = html.escape(str(option["text"]["text"]))
         options.append(f'<option value="{_attr(option["value"])}">{text}</option>')
     attrs = _element_attrs(element, block_id)
-    return f'<select class="bk-select" data-action-select {attrs}>{"".join(options)}</select>'
+    return (
+        f'<select class="bk-action-select" data-action-select {attrs}>{"".join(options)}</select>'
+    )
 
 
 def _checkboxes(element: Block, block_id: str, ctx: TextContext) -> str:
