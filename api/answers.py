@@ -77,7 +77,7 @@ class ResultAnswer(BaseModel):
 
 
 class ApprovalAnswer(BaseModel):
-    """An approval as its caller sees it (``approvals.external.answer``)."""
+    """An approval as its caller sees it (``approvals.calls.external.answer``)."""
 
     id: str = Field(pattern=r"^[0-9a-f]{16}$")
     status: Status

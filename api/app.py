@@ -1,4 +1,4 @@
-"""The FastAPI application: routes over ``approvals.external``, one concern per function.
+"""The FastAPI application: routes over ``approvals.calls.external``, one concern per function.
 
 Quick Redis work runs in FastAPI's thread pool (the sync client RQ also uses); the long wait
 of ``GET ...?wait=`` is a blocking read on an asyncio client, so waiting callers hold no
@@ -33,7 +33,8 @@ from api.auth import authenticate, check_may_ask
 from api.bodies import MAX_WAIT, ApprovalBody, ResultBody, StrictJSONRoute
 from api.mcp_server import build_server, http_route
 from api.size import BodySizeLimit
-from approvals import external, store
+from approvals import store
+from approvals.calls import external
 from approvals.config import Settings
 from approvals.errors import (
     ConfigError,
@@ -43,7 +44,7 @@ from approvals.errors import (
     UnknownApproval,
 )
 from approvals.models import Approval, Status
-from approvals.tokens import Token
+from approvals.proof.tokens import Token
 
 #: Approval ids are 16 hex digits; anything else is not one (and never becomes a key name).
 _ID = re.compile(r"^[0-9a-f]{16}$")

@@ -10,7 +10,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from approvals import store
-from approvals.tokens import Token, verify_token
+from approvals.proof.tokens import Token, verify_token
 
 #: The document's security scheme (Swagger UI's Authorize button, generated clients' token);
 #: a missing or malformed header is this module's 401, with its own words.

@@ -22,7 +22,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.answers import problem
-from approvals import ijson
+from approvals.decisions import ijson
 
 #: The longest wait of one ``GET ...?wait=`` (a caller asks again for more).
 MAX_WAIT = 60.0

@@ -32,7 +32,7 @@ from typing import Any
 
 from approvals.client import Client
 from approvals.config import Settings
-from approvals.limits import SECTION_TEXT
+from approvals.slack.limits import SECTION_TEXT
 
 DEFAULT_TOOLS = "Bash|Write|Edit|MultiEdit"
 #: The events after a call ran: reported, never decided.

@@ -34,7 +34,7 @@ from pydantic import AnyHttpUrl, Field
 from starlette.routing import Route
 
 from approvals.config import Settings
-from approvals.tokens import verify_token
+from approvals.proof.tokens import verify_token
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

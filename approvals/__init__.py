@@ -5,7 +5,9 @@ did not write), run the agent with ``run_agent`` (``run_agent_async`` for async 
 worker resumes it after the decision, and ``wait`` returns how it ended.
 """
 
-from approvals.agent import Outcome, run_agent, run_agent_async
+from approvals.calls.agent import Outcome, run_agent, run_agent_async
+from approvals.calls.gate import gate, idempotency_key, requires_approval
+from approvals.calls.outcomes import wait
 from approvals.config import Settings
 from approvals.errors import (
     AlreadyDecided,
@@ -19,10 +21,8 @@ from approvals.errors import (
     ResumeError,
     UnknownApproval,
 )
-from approvals.gate import gate, idempotency_key, requires_approval
 from approvals.models import Approval, DecidedBy, DecisionKind, Status
-from approvals.outcomes import wait
-from approvals.receipts import Receipt, receipt, verify_receipt
+from approvals.proof.receipts import Receipt, receipt, verify_receipt
 
 __all__ = [
     "AlreadyDecided",

@@ -1,3 +1,3 @@
-from approvals.cli import main
+from approvals.cli.main import main
 
 main()

@@ -226,7 +226,7 @@ class Settings:
     #: Where callers (``approvals hook``, ``approvals mcp``) reach ``approvals api``, and as whom.
     api_url: str = DEFAULT_API_URL
     api_token: str | None = None
-    #: A TOML file of policy rules applied before a call pauses (``approvals.policy``).
+    #: A TOML file of policy rules applied before a call pauses (``approvals.decisions.policy``).
     policy_path: str | None = None
     #: Seconds before the approvers are reminded of a waiting approval, and between reminders
     #: (0: never); a gate's ``remind_after`` wins.

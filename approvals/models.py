@@ -12,7 +12,7 @@ An approval is one paused tool call waiting for people. Its life::
                                                      may have been running)
 
 A rejected or expired approval whose gate says ``on_reject="stop"`` is never resumed: its run
-ends there. An *external* approval (asked through the HTTP API, ``approvals.external``) has no
+ends there. An *external* approval (asked through the HTTP API, ``approvals.calls.external``) has no
 chain to resume: its decision is handed to the caller waiting for it, and the caller's report
 of what it then did moves it through ``running`` to ``completed`` or ``failed`` at once.
 ``TRANSITIONS`` is the only statement of which moves are legal; ``store`` applies them
@@ -148,8 +148,8 @@ class ToolRef:
 
     A toolbox method's ``path`` names its ``llm.Toolbox`` class, ``method`` the method, and
     ``config`` the constructor arguments llm recorded, from which the worker builds the
-    toolbox again. ``gate`` is a gate put on from outside the tool's code (``approvals.gate``),
-    which the worker applies again.
+    toolbox again. ``gate`` is a gate put on from outside the tool's code
+    (``approvals.calls.gate``), which the worker applies again.
     """
 
     name: str
@@ -266,7 +266,7 @@ class Approval:
     #: When the gated tool started and finished in the worker (None: not yet, or never).
     tool_started_at: float | None = None
     tool_finished_at: float | None = None
-    #: The signed receipt of the decision that released the call (``approvals.receipts``).
+    #: The signed receipt of the decision that released the call (``approvals.proof.receipts``).
     receipt: str | None = None
     #: When the card was escalated (None: not, or not yet).
     escalated_at: float | None = None

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from approvals.archive import upgrade as archive_upgrade
+from approvals.ops.archive import upgrade as archive_upgrade
 from bench import agent_side, api_wait, bot_http, docs, loop, retention, throughput
 from bench.harness import Bench
 from bench.report import (

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 import httpx
 import redis
 
-from approvals import external
-from approvals.external import ExternalRequest
+from approvals.calls import external
+from approvals.calls.external import ExternalRequest
+from approvals.decisions.review import decide
 from approvals.models import DecisionKind
-from approvals.review import decide
-from approvals.tokens import create_token
+from approvals.proof.tokens import create_token
 from bench.harness import Phase
 from tests.processes import start_api, wait_until
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import redis
 
 from approvals import store
-from approvals.agent import new_approval_id
+from approvals.calls.agent import new_approval_id
 from approvals.models import Approval, Status
 from bench.burst import LOOPBACK
 from bench.harness import (

@@ -30,9 +30,9 @@ from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
 from approvals import store
-from approvals.cards import APPROVE_ACTION
+from approvals.calls.plugins import load_plugins
 from approvals.config import Settings
-from approvals.plugins import load_plugins
+from approvals.slack.cards import APPROVE_ACTION
 from tests.processes import (
     Process,
     bot_url,

@@ -15,9 +15,10 @@ from typing import Any, cast
 import redis
 import sqlalchemy as sa
 
-from approvals import archive, retention, store
-from approvals.agent import new_approval_id
+from approvals import store
+from approvals.calls.agent import new_approval_id
 from approvals.models import Approval, RunResult, Status, result_to_dict
+from approvals.ops import archive, retention
 from bench.bot_http import FILL_BATCH, Bursts, _Batch, run_burst
 from bench.harness import Phase, used_memory
 from bench.loop import pause

@@ -14,7 +14,8 @@ from typing import Any
 
 from rq import Queue
 
-from approvals import review, store
+from approvals import store
+from approvals.decisions import review
 from approvals.models import DecisionKind, Status
 from bench.harness import USER, Phase, rq_time
 from bench.loop import pause

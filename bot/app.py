@@ -13,8 +13,10 @@ from slack_bolt import App, BoltRequest, BoltResponse
 from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_bolt.middleware import Middleware
 
-from approvals import keys, slack, store
+from approvals import store
 from approvals.config import Settings
+from approvals.proof import keys
+from approvals.slack import web as slack
 from bot.listeners import register_listeners
 from bot.runtime import Runtime
 

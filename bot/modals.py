@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from approvals.cards import Block, arguments_text
-from approvals.limits import BLOCK_ID, MODAL_BLOCKS, PLAIN_TEXT_INPUT, truncate
 from approvals.models import Approval
+from approvals.slack.cards import Block, arguments_text
+from approvals.slack.limits import BLOCK_ID, MODAL_BLOCKS, PLAIN_TEXT_INPUT, truncate
 
 EDIT_VIEW = "approval_edit_submit"
 REJECT_VIEW = "approval_reject_submit"

@@ -7,11 +7,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from approvals import cards
-from approvals.cards import Block
-from approvals.grants import Grant
-from approvals.limits import truncate
+from approvals.decisions.grants import Grant
 from approvals.models import Approval
+from approvals.slack import cards
+from approvals.slack.cards import Block
+from approvals.slack.limits import truncate
 from approvals.store import Page
 
 NEXT_PAGE_ACTION = "pending_next_page"

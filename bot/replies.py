@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from approvals.cards import person
+from approvals.decisions.review import BulkOutcome
 from approvals.errors import (
     AlreadyDecided,
     AlreadyVoted,
@@ -14,7 +14,7 @@ from approvals.errors import (
     NotAllowed,
     UnknownApproval,
 )
-from approvals.review import BulkOutcome
+from approvals.slack.cards import person
 
 
 def bulk_summary(results: Sequence[BulkOutcome], verb: str) -> str:

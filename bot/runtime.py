@@ -9,8 +9,8 @@ from typing import Any
 import redis
 from slack_sdk import WebClient
 
-from approvals import slack
 from approvals.config import Settings
+from approvals.slack import web as slack
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from gunicorn.app.base import BaseApplication
 from slack_bolt import App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 
-from approvals import keys, metrics
 from approvals.config import Settings
+from approvals.ops import metrics
+from approvals.proof import keys
 from bot.app import WORK_THREADS, create_app
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def wsgi_app(
     app: App, metrics_app: WSGIApp | None = None, jwks: bytes = b'{"keys": []}'
 ) -> WSGIApp:
     """Bolt's WSGI adapter at ``/slack/events``, a ``/healthz`` for load balancers, the
-    ``/metrics`` of ``approvals.metrics`` when given, the receipts' public keys at
+    ``/metrics`` of ``approvals.ops.metrics`` when given, the receipts' public keys at
     ``/.well-known/jwks.json``, and a 400 for what Bolt cannot parse or what is too big to be
     from Slack."""
     handler = SlackRequestHandler(app, EVENTS_PATH)
@@ -81,7 +82,7 @@ def wsgi_app(
 
 
 class Logger(glogging.Logger):  # type: ignore[misc]
-    """gunicorn's logger, writing through the handler ``approvals.logs`` installed: its
+    """gunicorn's logger, writing through the handler ``approvals.ops.logs`` installed: its
     start-up, error and access lines come out in ``APPROVALS_LOG_FORMAT`` (text or JSON)."""
 
     def setup(self, cfg: Any) -> None:

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 
-from approvals import archive
+from approvals.ops import archive
 from tests.processes import free_port, wait_until
 
 SHARED_SOCKET = "/var/run/postgresql"

@@ -18,7 +18,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import redis
 
 from approvals import InvalidReceipt, verify_receipt
-from approvals.receipts import check_not_replayed
+from approvals.proof.receipts import check_not_replayed
 
 
 @dataclass

@@ -10,15 +10,15 @@ from typing import Any, TypeVar
 import redis
 
 from approvals import store
-from approvals.cards import (
+from approvals.decisions.grants import Scope
+from approvals.models import Approval, Status
+from approvals.slack.cards import (
     APPROVE_ACTION,
     APPROVE_SCOPE_ACTION,
     EDIT_ACTION,
     REJECT_ACTION,
     RESPOND_ACTION,
 )
-from approvals.grants import Scope
-from approvals.models import Approval, Status
 from bot.modals import (
     EDIT_VIEW,
     REASON_BLOCK,

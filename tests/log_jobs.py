@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from approvals.logs import bind_approval
+from approvals.ops.logs import bind_approval
 
 log = logging.getLogger(__name__)
 

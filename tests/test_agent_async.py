@@ -169,8 +169,9 @@ def test_an_async_resume_never_starts_a_tool_an_earlier_attempt_started(env, con
     """The at-most-once mark holds on llm's async API: a second attempt refuses to run it."""
     import pytest
 
-    from approvals import agent, review
+    from approvals.calls import agent
     from approvals.config import Settings
+    from approvals.decisions import review
     from approvals.errors import ToolAlreadyStarted
 
     settings = Settings.from_env()
@@ -229,7 +230,7 @@ def test_a_click_and_the_cli_at_once_resume_an_async_run_once(services, slack, e
     resume, the coroutine runs once."""
     from click.testing import CliRunner
 
-    from approvals.cli import cli
+    from approvals.cli.main import cli
     from tests.e2e import at_once
 
     outcome = _pause()

@@ -8,9 +8,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from click.testing import CliRunner
 
-from approvals import archive
-from approvals.cli import cli
+from approvals.cli.main import cli
 from approvals.errors import ArchiveError
+from approvals.ops import archive
 from tests.archives import archive_url, postgres_server  # noqa: F401 - fixtures
 
 

@@ -11,10 +11,12 @@ import jwt
 import pytest
 from click.testing import CliRunner
 
-from approvals import audit, keys, receipts, review, run_agent, store, webhooks
-from approvals.cli import cli
+from approvals import run_agent, store
+from approvals.cli.main import cli
 from approvals.config import Settings
+from approvals.decisions import review
 from approvals.models import DecisionKind, Status
+from approvals.proof import audit, keys, receipts, webhooks
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, list_files
 from tests.e2e import card_of, click, submit_edit, wait_status

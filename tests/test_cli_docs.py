@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 import pytest
 
-from approvals import cli_docs
-from approvals.cli import cli
+from approvals.cli import docs as cli_docs
+from approvals.cli.main import cli
 
 
 def test_cli_reference_matches_the_commands_help() -> None:

@@ -7,10 +7,11 @@ import time
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from approvals import deadlines, queue, store
+from approvals import queue, store
 from approvals.config import Settings
+from approvals.decisions import deadlines
+from approvals.decisions.review import decide
 from approvals.models import DecisionKind, Status
-from approvals.review import decide
 from tests.factories import make_approval
 
 

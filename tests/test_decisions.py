@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from approvals import run_agent, store
-from approvals.cli import cli
+from approvals.cli.main import cli
 from approvals.models import DecisionKind, Status
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import charge_card, delete_path, list_files, send_email

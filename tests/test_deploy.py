@@ -18,7 +18,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from approvals.cli import cli
+from approvals.cli.main import cli
 from approvals.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

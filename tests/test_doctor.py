@@ -19,10 +19,12 @@ import redis
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from approvals import archive, deadlines, doctor, queue, retention, store
-from approvals.cli import cli
+from approvals import queue, store
+from approvals.cli.main import cli
 from approvals.config import Settings, safe_url
-from approvals.doctor import Level
+from approvals.decisions import deadlines
+from approvals.ops import archive, doctor, retention
+from approvals.ops.doctor import Level
 from tests.archives import archive_url, downgrade, newer_migrations, postgres_server  # noqa: F401
 from tests.conftest import BOT_TOKEN
 from tests.processes import (

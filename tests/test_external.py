@@ -10,12 +10,14 @@ import pytest
 import redis
 import redis.asyncio as redis_async
 
-from approvals import external, queue, recovery, store
+from approvals import queue, store
+from approvals.calls import external
+from approvals.calls.external import ExternalRequest
 from approvals.config import Settings
+from approvals.decisions import recovery
+from approvals.decisions.review import decide
 from approvals.errors import InvalidArguments, NotAllowed
-from approvals.external import ExternalRequest
 from approvals.models import DecisionKind, Status
-from approvals.review import decide
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 

@@ -11,10 +11,10 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from approvals import queue, run_agent, store
-from approvals.cli import cli
+from approvals.cli.main import cli
+from approvals.decisions.recovery import STRANDED_AFTER
 from approvals.errors import ApprovalsError
 from approvals.models import Decision, DecisionKind, Status, decision_to_dict
-from approvals.recovery import STRANDED_AFTER
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.conftest import CHANNEL
@@ -159,7 +159,7 @@ def test_the_cli_and_slack_deciding_at_once_have_one_winner(services, slack, env
 def test_a_click_racing_the_expiry_has_one_outcome(services, slack, env, conn):
     """Approve at the deadline, against the expiry: approved xor expired; the tool runs ≤ once."""
     from approvals.config import Settings
-    from approvals.review import decide, expire
+    from approvals.decisions.review import decide, expire
 
     settings = Settings.from_env()
     outcomes = []

@@ -8,9 +8,9 @@ import llm
 import pytest
 
 from approvals import run_agent, store
-from approvals.gate import Gate, gate_of, released, requires_approval
+from approvals.calls.gate import Gate, gate_of, released, requires_approval
+from approvals.calls.tools import describe_tool
 from approvals.models import OnReject, Policy
-from approvals.tools import describe_tool
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.e2e import model_calls, tool_results_seen
@@ -379,7 +379,7 @@ def test_a_gated_coroutine_stays_a_coroutine_function():
     assert inspect.iscoroutinefunction(publish_post)
 
 
-# --- arguments that are not I-JSON (``approvals.ijson``) ------------------------------------------
+# --- arguments that are not I-JSON (``approvals.decisions.ijson``) ----------------------------
 
 
 def test_a_call_whose_arguments_are_not_i_json_asks_nobody_and_the_model_reads_why(env, conn):

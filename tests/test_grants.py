@@ -10,14 +10,15 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from approvals import grants, run_agent, store
-from approvals.agent import resume
-from approvals.cards import APPROVE_SCOPE_ACTION, REVOKE_GRANT_ACTION, build_buttons
-from approvals.cli import cli
+from approvals import run_agent, store
+from approvals.calls.agent import resume
+from approvals.cli.main import cli
 from approvals.config import Settings
+from approvals.decisions import grants
+from approvals.decisions.grants import Scope
 from approvals.errors import NotAllowed
-from approvals.grants import Scope
 from approvals.models import DecidedBy, Policy, Status
+from approvals.slack.cards import APPROVE_SCOPE_ACTION, REVOKE_GRANT_ACTION, build_buttons
 from approvals.store import Page
 from bot.pending import build_home
 from tests.agents.scripted import calls, say, script

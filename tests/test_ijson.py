@@ -14,11 +14,15 @@ import rfc8785
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from approvals import archive, audit, external, ijson, keys, lookup, retention, review, store
+from approvals import store
+from approvals.calls import external
 from approvals.config import Settings
+from approvals.decisions import ijson, review
 from approvals.errors import InvalidArguments
 from approvals.models import DecisionKind
-from approvals.receipts import verify_receipt
+from approvals.ops import archive, lookup, retention
+from approvals.proof import audit, keys
+from approvals.proof.receipts import verify_receipt
 from tests.e2e import redis_state
 
 DAY = 24 * 3600

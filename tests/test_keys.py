@@ -7,9 +7,10 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from approvals import keys, receipts, store
-from approvals.cli import cli
+from approvals import store
+from approvals.cli.main import cli
 from approvals.models import Status
+from approvals.proof import keys, receipts
 from tests.factories import make_approval
 
 

@@ -20,7 +20,7 @@ from rq.job import Job
 from approvals import queue
 from approvals.config import Settings
 from approvals.errors import ConfigError
-from approvals.logs import bind_approval, configure_logging, current_approval
+from approvals.ops.logs import bind_approval, configure_logging, current_approval
 from tests.conftest import BOT_TOKEN
 from tests.processes import start_worker, wait_for_workers, wait_until
 
@@ -237,7 +237,7 @@ def sdk_logger() -> Iterator[logging.Logger]:
 def test_slack_sdk_builds_no_debug_text_unless_debug_is_on(sdk_logger, slack, caplog):
     """At INFO, slack_sdk's own level is set, so it skips formatting every request and
     response; with DEBUG in effect its debug lines still come."""
-    from approvals.slack import web_client
+    from approvals.slack.web import web_client
 
     settings = Settings(slack_bot_token=BOT_TOKEN, slack_api_url=slack.base_url)
     logging.getLogger().setLevel(logging.INFO)

@@ -8,9 +8,11 @@ import time
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from approvals import archive, outcomes, retention, store
-from approvals.cli import cli
+from approvals import store
+from approvals.calls import outcomes
+from approvals.cli.main import cli
 from approvals.config import Settings
+from approvals.ops import archive, retention
 from tests.archives import archive_url, postgres_server  # noqa: F401 - fixtures
 from tests.test_retention import DAY, finish, pause
 

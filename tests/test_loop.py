@@ -6,8 +6,8 @@ import json
 import os
 
 from approvals import run_agent, store
-from approvals.limits import SIBLING_PREVIEW
 from approvals.models import DecisionKind, Status
+from approvals.slack.limits import SIBLING_PREVIEW
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, list_files, read_file
 from tests.e2e import (

@@ -10,10 +10,11 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from approvals import metrics, retention, store
+from approvals import store
 from approvals.config import Settings
+from approvals.decisions.review import decide
 from approvals.models import DecisionKind, Status
-from approvals.review import decide
+from approvals.ops import metrics, retention
 from tests.processes import Process, approvals_command, bot_url, start_bot, wait_until
 from tests.test_retention import DAY, finish, pause
 

@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from approvals import GateError, queue, run_agent, store, wait
-from approvals.cli import cli
+from approvals.calls.outcomes import Outcome
+from approvals.cli.main import cli
+from approvals.decisions.recovery import STRANDED_AFTER
 from approvals.models import Status
-from approvals.outcomes import Outcome
-from approvals.recovery import STRANDED_AFTER
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, drop_table, list_files, rotate_key, send_email
 from tests.conftest import wait_until
@@ -374,8 +374,8 @@ def test_a_run_whose_worker_died_between_its_end_and_its_outcome_is_finished_onc
     set up by the worker's own store calls): a later sweep stores the outcome from the
     records, which queues on_finish; a new worker calls it once, and a second sweep adds
     nothing."""
-    from approvals import recovery, review
     from approvals.config import Settings
+    from approvals.decisions import recovery, review
     from approvals.models import DecisionKind, RunResult, result_to_dict
     from tests.e2e import kill_worker, replace_worker
 
@@ -414,8 +414,8 @@ def test_a_run_whose_worker_died_between_its_end_and_its_outcome_is_finished_onc
 
 def test_the_outcome_sweep_stores_nothing_for_a_run_that_goes_on(services, slack, env, conn):
     """A resume that paused again is finished, but its run is not: no outcome is stored."""
-    from approvals import recovery
     from approvals.config import Settings
+    from approvals.decisions import recovery
 
     paused = _pause(TWO_PAUSES, on_finish="tests.agents.continuations:note_outcome")
     approve_on_card(slack, services.bot_url, paused.pause_id)
@@ -450,8 +450,8 @@ def test_the_outcome_sweep_never_stores_again_an_outcome_that_expired(
 ):
     """A result TTL shorter than the sweep's delay: the outcome that expired is not taken for
     one never stored, so on_finish is not called a second time."""
-    from approvals import recovery
     from approvals.config import Settings
+    from approvals.decisions import recovery
 
     monkeypatch.setenv("APPROVALS_RESULT_TTL", "20")
     paused = _pause(on_finish="tests.agents.continuations:note_outcome")

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from approvals import policy, recovery, run_agent, store
-from approvals.cli import cli
+from approvals import run_agent, store
+from approvals.cli.main import cli
 from approvals.config import Settings
+from approvals.decisions import policy, recovery
 from approvals.errors import ConfigError
 from approvals.models import DecidedBy, DecisionKind, Status
 from approvals.store import Page
@@ -166,7 +167,7 @@ def test_a_rule_approves_where_the_call_would_pause(policy_env, conn):
     assert not conn.zrange(store.DEADLINES_KEY, 0, -1)  # nothing left to expire
     # Its trail is chained like any other, its state changes reach the webhooks' outbox, and
     # retention knows it is finished (nothing follows a rule's decision here).
-    from approvals import audit
+    from approvals.proof import audit
 
     check = audit.check_trail(conn, approval.id, {"keys": []})
     assert check.ok and check.entries == 3, check.problems
@@ -200,7 +201,7 @@ def test_a_require_rule_sets_who_decides_where_and_how_long(policy_env, conn):
     assert approval.expires_at - approval.created_at == pytest.approx(120)
     events = [e["event"] for e in store.audit_trail(conn, approval.id)]
     assert events == ["paused", "rule_required"]
-    from approvals import audit
+    from approvals.proof import audit
 
     check = audit.check_trail(conn, approval.id, {"keys": []})  # one chain, rule entry included
     assert check.ok and check.entries == 2, check.problems
@@ -209,7 +210,7 @@ def test_a_require_rule_sets_who_decides_where_and_how_long(policy_env, conn):
 def test_a_broken_expression_fails_closed_to_a_person(policy_env, conn, caplog):
     """The rule that cannot be evaluated is logged and audited; the call waits for a person."""
     prompt = script(calls(("delete_path", {"path": "/srv/data"})), say("done"))
-    with caplog.at_level("WARNING", logger="approvals.agent"):
+    with caplog.at_level("WARNING", logger="approvals.calls.agent"):
         outcome = _run(prompt)
     assert outcome.status == "paused" and outcome.pause_id is not None
     assert tool_runs(policy_env, "delete_path") == []
@@ -253,9 +254,9 @@ def test_policy_test_prints_the_deciding_rule_and_why(policy_env):
 def test_a_policy_that_does_not_load_fails_the_resume(env, conn, tmp_path, monkeypatch):
     """In the worker, a broken policy file is a ResumeError (the run fails visibly), never
     a resume without the rules."""
-    from approvals.agent import resume
+    from approvals.calls.agent import resume
+    from approvals.decisions.review import decide
     from approvals.errors import ResumeError
-    from approvals.review import decide
 
     pause_id = _run(script(calls(("delete_path", {"path": "/srv/x"})), say("done"))).pause_id
     assert pause_id is not None

@@ -12,19 +12,12 @@ from pathlib import Path
 import jwt
 import pytest
 
-from approvals import (
-    InvalidReceipt,
-    grants,
-    keys,
-    receipts,
-    review,
-    run_agent,
-    store,
-    verify_receipt,
-)
+from approvals import InvalidReceipt, run_agent, store, verify_receipt
 from approvals.config import Settings
+from approvals.decisions import grants, review
 from approvals.models import DecisionKind, Policy, Status
-from approvals.receipts import DecidedBy
+from approvals.proof import keys, receipts
+from approvals.proof.receipts import DecidedBy
 from tests.agents.downstream_tools import (
     archive_table,
     call_service,

@@ -22,11 +22,14 @@ import redis.asyncio as redis_async
 from click.testing import CliRunner
 from rq.job import Job
 
-from approvals import external, keys, queue, recovery, review, run_agent, store
-from approvals.cli import cli
+from approvals import queue, run_agent, store
+from approvals.calls import external
+from approvals.cli.main import cli
 from approvals.config import Settings
+from approvals.decisions import recovery, review
+from approvals.decisions.recovery import STRANDED_AFTER
 from approvals.models import Decision, DecisionKind, Status, decision_to_dict
-from approvals.recovery import STRANDED_AFTER
+from approvals.proof import keys
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.e2e import (

@@ -8,11 +8,12 @@ import time
 
 import pytest
 
-from approvals import reminders, run_agent, store
+from approvals import run_agent, store
+from approvals.calls.gate import gate_from_dict, gate_of, gate_to_dict, requires_approval
 from approvals.config import Settings
-from approvals.gate import gate_from_dict, gate_of, gate_to_dict, requires_approval
+from approvals.decisions import reminders
+from approvals.decisions.review import decide, refusal
 from approvals.models import DecisionKind, Policy, Status
-from approvals.review import decide, refusal
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.conftest import CHANNEL, wait_until

@@ -10,7 +10,8 @@ import time
 import pytest
 import redis
 
-from approvals import archive, outcomes, retention, store
+from approvals import store
+from approvals.calls import outcomes
 from approvals.config import Settings
 from approvals.models import (
     Approval,
@@ -21,6 +22,7 @@ from approvals.models import (
     decision_to_dict,
     result_to_dict,
 )
+from approvals.ops import archive, retention
 from tests.archives import archive_url, postgres_server  # noqa: F401 - fixtures
 from tests.factories import make_approval, make_decision
 
@@ -188,7 +190,7 @@ def test_an_archive_without_its_tables_is_said_once_and_used_once_it_is_upgraded
     pause(conn, "kept3", run_id="run-3")
     finish(conn, "kept3")
     outcomes.finish_run(conn, settings, store.load(conn, "kept3"))
-    caplog.set_level(logging.INFO, logger="approvals.retention")
+    caplog.set_level(logging.INFO, logger="approvals.ops.retention")
     later = time.time() + 31 * DAY
 
     retention.check_archive(settings)  # what a starting worker does

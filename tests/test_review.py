@@ -8,6 +8,7 @@ import pytest
 
 from approvals import queue, store
 from approvals.config import Settings
+from approvals.decisions.review import SYSTEM_ACTOR, decide, expire, precheck, refusal
 from approvals.errors import (
     AlreadyDecided,
     AlreadyVoted,
@@ -16,7 +17,6 @@ from approvals.errors import (
     UnknownApproval,
 )
 from approvals.models import DecisionKind, OnReject, Policy, Status, ToolRef
-from approvals.review import SYSTEM_ACTOR, decide, expire, precheck, refusal
 from tests.factories import make_approval
 
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from approvals.calls.tools import describe_tool
+from approvals.decisions.schemas import validate_arguments
 from approvals.errors import InvalidArguments
-from approvals.schemas import validate_arguments
-from approvals.tools import describe_tool
 from tests.agents.tools import delete_path, send_email
 
 DELETE = describe_tool(delete_path).input_schema

@@ -13,9 +13,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from approvals import run_agent
-from approvals.cli import cli
+from approvals.cli.main import cli
 from approvals.config import Settings
-from approvals.grants import Grant, Scope, canonical
+from approvals.decisions.grants import Grant, Scope, canonical
 from approvals.models import Status
 from approvals.secrets import DEFAULT_SECRET_NAMES, MASK, MAX_SCANNED, mask, secret_names
 from tests.agents import tools

@@ -6,8 +6,8 @@ import redis
 from click.testing import CliRunner
 
 from approvals import store
-from approvals.cli import cli
-from approvals.tokens import create_token, list_tokens, revoke_token, verify_token
+from approvals.cli.main import cli
+from approvals.proof.tokens import create_token, list_tokens, revoke_token, verify_token
 
 
 def test_only_the_digest_is_stored_and_the_token_verifies(conn: redis.Redis) -> None:

@@ -1,7 +1,7 @@
 """Toolboxes and tools one cannot decorate, through the whole loop: a toolbox of our own with a
 gated method, the real ``SQLite`` toolbox of the ``llm-tools-sqlite`` plugin and the real
 ``Filesystem`` toolbox of ``llm-tools-edit`` (whose writes change files) gated with
-``approvals.gate``, a plugin's tool from ``llm.get_tools()``, and a third-party function gated
+``approvals.calls.gate``, a plugin's tool from ``llm.get_tools()``, and a third-party function gated
 from outside its module."""
 
 from __future__ import annotations

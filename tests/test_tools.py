@@ -9,9 +9,15 @@ from dataclasses import replace
 import llm
 import pytest
 
+from approvals.calls.tools import (
+    check_allowed,
+    describe_tool,
+    import_modules,
+    import_tools,
+    tool_refs,
+)
 from approvals.errors import GateError, ResumeError
 from approvals.models import ToolRef
-from approvals.tools import check_allowed, describe_tool, import_modules, import_tools, tool_refs
 from tests.agents.tools import delete_path, list_files, read_file, send_email
 
 AGENT_TOOLS = [list_files, read_file, delete_path, send_email]
@@ -244,7 +250,7 @@ def test_a_toolbox_whose_config_is_not_json_is_refused_before_the_run():
 
 
 def test_a_toolbox_class_instead_of_an_instance_is_refused():
-    from approvals.tools import agent_tools
+    from approvals.calls.tools import agent_tools
     from tests.agents.toolboxes import Notes
 
     with pytest.raises(GateError, match="toolbox class"):
@@ -278,7 +284,7 @@ def test_a_toolbox_whose_constructor_fails_on_the_recorded_config_is_a_resume_er
 
 
 def test_the_gate_of_a_function_gated_from_outside_is_recorded_and_put_back():
-    from approvals.gate import gate_of
+    from approvals.calls.gate import gate_of
     from tests.agents import vendor
     from tests.agents.gated import archive_bucket
 
@@ -293,7 +299,7 @@ def test_the_gate_of_a_function_gated_from_outside_is_recorded_and_put_back():
 
 
 def test_a_plugin_tool_from_llm_get_tools_is_found_by_its_function():
-    from approvals.tools import agent_tools
+    from approvals.calls.tools import agent_tools
 
     tool = llm.get_tools()["llm_time"]
     (found,) = agent_tools([tool])

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from approvals import run_agent, run_agent_async, store
-from approvals.cards import APPROVE_ALL_ACTION, REJECT_ALL_ACTION
+from approvals.calls.outcomes import wait
 from approvals.models import DecisionKind, Status
-from approvals.outcomes import wait
+from approvals.slack.cards import APPROVE_ALL_ACTION, REJECT_ALL_ACTION
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.conftest import CHANNEL, SIGNING_SECRET, wait_until

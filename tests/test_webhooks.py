@@ -16,11 +16,12 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from standardwebhooks.webhooks import Webhook
 
-from approvals import queue, run_agent, store, webhooks
-from approvals.cli import cli
+from approvals import queue, run_agent, store
+from approvals.cli.main import cli
 from approvals.config import Settings
-from approvals.doctor import Level, check_webhooks
 from approvals.models import Policy, Status
+from approvals.ops.doctor import Level, check_webhooks
+from approvals.proof import webhooks
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.e2e import card_of, click, wait_status

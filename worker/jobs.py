@@ -21,12 +21,16 @@ from typing import Any, TypeVar
 import redis
 from slack_sdk import WebClient
 
-from approvals import agent, outcomes, queue, receipts, reminders, review, slack, store
+from approvals import queue, store
+from approvals.calls import agent, outcomes
 from approvals.config import Settings
+from approvals.decisions import reminders, review
+from approvals.decisions.recovery import LEASE_SECONDS
 from approvals.errors import InvalidReceipt, ResumeError, ToolAlreadyStarted
-from approvals.logs import bind_approval
 from approvals.models import DECIDED, Approval, RunResult, Status, result_to_dict
-from approvals.recovery import LEASE_SECONDS
+from approvals.ops.logs import bind_approval
+from approvals.proof import receipts
+from approvals.slack import web as slack
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +238,7 @@ def resume_approval(approval_id: str) -> str:
 
     Each approval has a job of its own. RQ may run that job twice; only the attempt that
     moves the approval to ``running`` runs it, and the lease that comes with the move lets
-    recovery (``approvals.recovery``) tell a live run from one whose worker died.
+    recovery (``approvals.decisions.recovery``) tell a live run from one whose worker died.
     """
     conn, settings = _conn(), _settings()
     turn = store.turn_of(conn, approval_id)

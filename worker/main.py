@@ -7,8 +7,8 @@ such). ``SimpleWorker`` runs every job in the worker process: no fork, so a job 
 sooner, but a tool that crashes or hangs takes the worker with it.
 
 What is ours runs beside RQ, in background threads of each worker: the deadline sweep
-(``approvals.deadlines``), the recovery of resumes whose worker died
-(``approvals.recovery``) and the retention sweep (``approvals.retention``).
+(``approvals.decisions.deadlines``), the recovery of resumes whose worker died
+(``approvals.decisions.recovery``) and the retention sweep (``approvals.ops.retention``).
 """
 
 from __future__ import annotations
@@ -27,19 +27,22 @@ from rq.worker import BaseWorker
 from rq.worker_pool import WorkerPool
 
 import worker.jobs  # imported here, once: forked work-horses inherit it
-from approvals import deadlines, policy, retention, store, webhooks
+from approvals import store
+from approvals.calls.plugins import load_plugins, warm_models
+from approvals.calls.tools import import_modules
 from approvals.config import Settings
-from approvals.errors import ConfigError
-from approvals.logs import configure_logging
-from approvals.plugins import load_plugins, warm_models
-from approvals.queue import get_queue
-from approvals.recovery import (
+from approvals.decisions import deadlines, policy
+from approvals.decisions.recovery import (
     finish_decisions,
     recover_dead_runs,
     requeue_stranded,
     requeue_unfinished,
 )
-from approvals.tools import import_modules
+from approvals.errors import ConfigError
+from approvals.ops import retention
+from approvals.ops.logs import configure_logging
+from approvals.proof import webhooks
+from approvals.queue import get_queue
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +163,7 @@ def _start_background(settings: Settings) -> None:
     queued) or whose card does not show them, decisions whose resume was never queued, and
     ended runs whose outcome was never stored or whose
     ``on_finish`` was never queued; turn the outbox of state changes into webhook jobs; and,
-    every second, remove from Redis what finished long enough ago (``approvals.retention``).
+    every second, remove from Redis what finished long enough ago (``approvals.ops.retention``).
     Each is atomic in Redis or idempotent, so workers never act twice on one of them."""
     _every("approvals-deadlines", deadlines.SWEEP_INTERVAL, settings, deadlines.sweep)
     _every("approvals-recovery", settings.maintenance_interval, settings, recover_dead_runs)

@@ -6,7 +6,7 @@ Slack or model, only the body stored for it and the receiver.
 
 from __future__ import annotations
 
-from approvals import webhooks
+from approvals.proof import webhooks
 from worker.jobs import _conn, _settings  # the process's one settings and Redis client
 
 

@@ -24,8 +24,8 @@ import click
 from approvals.config import Settings
 from approvals.dev.redis_server import OwnedRedis
 from approvals.dev.sandbox.server import Sandbox
+from approvals.dev.supervisor import ChildSpec, LineHandler, Supervisor
 from approvals.errors import ApprovalsError
-from approvals.supervisor import ChildSpec, LineHandler, Supervisor
 
 DEFAULT_DATA_DIR = ".approvals"
 SANDBOX_CHANNEL = "C0APPROVALS"

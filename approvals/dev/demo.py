@@ -23,7 +23,7 @@ import llm
 from llm.parts import Message, TextPart, ToolResultPart
 
 from approvals import requires_approval
-from approvals.agent import Outcome, run_agent
+from approvals.calls.agent import Outcome, run_agent
 from approvals.config import Settings
 
 MODEL_ID = "approvals-demo"

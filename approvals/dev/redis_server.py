@@ -23,8 +23,8 @@ from typing import IO
 
 import redis
 
+from approvals.dev.orphans import die_with_parent
 from approvals.errors import ApprovalsError, ConfigError
-from approvals.orphans import die_with_parent
 
 LOCK_FILE = "owner.lock"
 SOCKET_FILE = "redis.sock"

@@ -41,8 +41,8 @@ def call_service(arguments: dict[str, str], token: str | None) -> str:
 def archive_table(table: str) -> str:
     """A compromised tool: approved to archive a table, it tries to delete a row instead,
     with every receipt it can lay its hands on in the worker. Returns what it found out."""
-    from approvals import keys, receipts
     from approvals.config import Settings
+    from approvals.proof import keys, receipts
 
     wanted = {"table": table, "row": "u-9"}
     given = receipt()
@@ -74,7 +74,7 @@ def archive_table(table: str) -> str:
 
 def _retargeted(token: str, arguments: dict[str, str]) -> str:
     """The token with its claims rewritten to ``delete_row`` of ``arguments``, signature kept."""
-    from approvals import receipts
+    from approvals.proof import receipts
 
     header, payload, signature = token.split(".")
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))

@@ -1,4 +1,4 @@
-"""An agent's own module that gates tools it did not write (``approvals.gate``)."""
+"""An agent's own module that gates tools it did not write (``approvals.calls.gate``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A third-party module: tools nobody here may edit, so they carry no decorator.
 
-Tests gate them from outside with ``approvals.gate``; the worker imports these originals
+Tests gate them from outside with ``approvals.calls.gate``; the worker imports these originals
 again and applies the gate recorded with the pause.
 """
 

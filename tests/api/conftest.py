@@ -23,7 +23,7 @@ import redis
 from approvals import store
 from approvals.client import Client
 from approvals.models import DecisionKind, decision_to_dict
-from approvals.tokens import create_token
+from approvals.proof.tokens import create_token
 from tests.conftest import BOT_TOKEN, CHANNEL, SIGNING_SECRET, RedisServer
 from tests.e2e import key_value
 from tests.factories import make_decision

@@ -1,5 +1,5 @@
-"""The API's door for arguments: only I-JSON comes in (``approvals.ijson``); the rest gets a
-422 naming the field, and nothing is created."""
+"""The API's door for arguments: only I-JSON comes in (``approvals.decisions.ijson``); the
+rest gets a 422 naming the field, and nothing is created."""
 
 from __future__ import annotations
 

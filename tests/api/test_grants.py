@@ -8,9 +8,10 @@ import json
 import threading
 from typing import Any
 
-from approvals import grants, store
+from approvals import store
 from approvals.config import Settings
-from approvals.grants import Scope
+from approvals.decisions import grants
+from approvals.decisions.grants import Scope
 from approvals.models import Status
 from tests.api.conftest import Stack
 from tests.conftest import CHANNEL, wait_until

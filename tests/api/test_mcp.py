@@ -24,9 +24,10 @@ from mcp.shared.exceptions import MCPError
 
 import api.mcp_server
 from api.mcp_server import build_server
-from approvals import external, store
+from approvals import store
+from approvals.calls import external
 from approvals.config import Settings
-from approvals.tokens import revoke_token, verify_token
+from approvals.proof.tokens import revoke_token, verify_token
 from tests.api.conftest import Stack
 from tests.e2e import card_of, click, submit_reject
 from tests.processes import ROOT, approvals_command, free_port, wait_until

@@ -26,8 +26,9 @@ from hypothesis import strategies as st
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from approvals import external, store
-from approvals.tokens import revoke_token, verify_token
+from approvals import store
+from approvals.calls import external
+from approvals.proof.tokens import revoke_token, verify_token
 from tests.api.conftest import Stack
 from tests.api.test_mcp import INITIALIZE, MCP_HEADERS
 from tests.e2e import key_value, settled

@@ -10,8 +10,8 @@ import pytest
 
 from approvals import store
 from approvals.client import ApiError
+from approvals.decisions.reminders import MAX_REMINDERS
 from approvals.models import Status
-from approvals.reminders import MAX_REMINDERS
 from tests.api.conftest import Stack
 from tests.conftest import CHANNEL, wait_until
 from tests.e2e import block_text, card_of, click, reply_containing, settled, wait_status

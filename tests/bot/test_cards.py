@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from approvals.cards import (
+from approvals.models import DecisionKind, OnReject, Policy, RunResult, SiblingResult, Status
+from approvals.secrets import DEFAULT_SECRET_NAMES, MASK, secret_names
+from approvals.slack.cards import (
     APPROVE_ACTION,
     EDIT_ACTION,
     REJECT_ACTION,
@@ -26,9 +28,13 @@ from approvals.cards import (
     plain_text,
     slack_date,
 )
-from approvals.limits import FIELD_TEXT, HEADER_TEXT, MESSAGE_BLOCKS, SECTION_TEXT, SIBLING_PREVIEW
-from approvals.models import DecisionKind, OnReject, Policy, RunResult, SiblingResult, Status
-from approvals.secrets import DEFAULT_SECRET_NAMES, MASK, secret_names
+from approvals.slack.limits import (
+    FIELD_TEXT,
+    HEADER_TEXT,
+    MESSAGE_BLOCKS,
+    SECTION_TEXT,
+    SIBLING_PREVIEW,
+)
 from tests.factories import CREATED_AT, make_approval, make_decided, make_decision
 
 
@@ -748,7 +754,7 @@ def test_no_result_no_messages():
 def test_a_turn_card_lists_each_call_with_its_buttons_and_fits_slack():
     """Every call with its own buttons (or who decided it), Approve all while two wait, and
     at most 20 calls shown within 50 blocks, with a line counting the rest."""
-    from approvals.cards import APPROVE_ALL_ACTION, build_card
+    from approvals.slack.cards import APPROVE_ALL_ACTION, build_card
 
     ids = tuple(f"{n:016x}" for n in range(25))
     calls = [

@@ -25,10 +25,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from approvals import run_agent, store
-from approvals.cards import APPROVE_ACTION, EDIT_ACTION, REJECT_ACTION, RESPOND_ACTION, RETRY_ACTION
 from approvals.errors import CorruptRecord
-from approvals.limits import PLAIN_TEXT_INPUT
 from approvals.models import DecisionKind, Status, decision_to_dict, result_to_dict
+from approvals.slack.cards import (
+    APPROVE_ACTION,
+    EDIT_ACTION,
+    REJECT_ACTION,
+    RESPOND_ACTION,
+    RETRY_ACTION,
+)
+from approvals.slack.limits import PLAIN_TEXT_INPUT
 from bot.modals import EDIT_VIEW, REASON_BLOCK, REJECT_VIEW, RESPOND_VIEW, RESPONSE_BLOCK
 from bot.modals import VALUE_ACTION as VALUE
 from bot.pending import NEXT_PAGE_ACTION

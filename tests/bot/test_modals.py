@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from approvals.limits import BLOCK_ID, MODAL_BLOCKS, MODAL_TITLE, PLAIN_TEXT_INPUT
+from approvals.calls.tools import tool_refs
 from approvals.models import OnReject, Policy, ToolRef
-from approvals.tools import tool_refs
+from approvals.slack.limits import BLOCK_ID, MODAL_BLOCKS, MODAL_TITLE, PLAIN_TEXT_INPUT
 from bot.modals import (
     EDIT_VIEW,
     REASON_BLOCK,

@@ -6,9 +6,15 @@ import json
 
 import pytest
 
-from approvals.cards import APPROVE_ACTION, describe_state
-from approvals.limits import BUTTON_VALUE, HEADER_TEXT, MESSAGE_BLOCKS, MODAL_BLOCKS, SECTION_TEXT
 from approvals.models import DecisionKind, Status
+from approvals.slack.cards import APPROVE_ACTION, describe_state
+from approvals.slack.limits import (
+    BUTTON_VALUE,
+    HEADER_TEXT,
+    MESSAGE_BLOCKS,
+    MODAL_BLOCKS,
+    SECTION_TEXT,
+)
 from approvals.store import Page
 from bot.pending import (
     HOME_PAGE_SIZE,

@@ -8,9 +8,10 @@ from urllib.parse import urlencode
 
 import pytest
 
-from approvals import retention, run_agent, store
-from approvals.cards import APPROVE_ACTION
+from approvals import run_agent, store
 from approvals.models import Status
+from approvals.ops import retention
+from approvals.slack.cards import APPROVE_ACTION
 from bot.app import REPLAY_WINDOW
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, restart_service

@@ -23,7 +23,8 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 from slack_sdk import WebClient
 
-from approvals.cards import (
+from approvals.dev.sandbox.server import Sandbox
+from approvals.slack.cards import (
     APPROVE_ACTION,
     APPROVE_SCOPE_ACTION,
     EDIT_ACTION,
@@ -31,7 +32,6 @@ from approvals.cards import (
     RESPOND_ACTION,
     build_card,
 )
-from approvals.dev.sandbox.server import Sandbox
 from bench.screenshot import SIZE, capture, chromium, chromium_paths
 from tests.dev.conftest import ROOT
 from tests.factories import make_approval

@@ -14,9 +14,10 @@ from pathlib import Path
 import redis
 from rq import Worker
 
-from approvals import keys, store, verify_receipt
+from approvals import store, verify_receipt
 from approvals.config import Settings
 from approvals.models import Status
+from approvals.proof import keys
 from tests.conftest import BOT_TOKEN, CHANNEL, SIGNING_SECRET, approvals_command, wait_until
 from tests.dev.conftest import ROOT, alive, descendants, start_dev
 

@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from approvals import cards
 from approvals.dev.sandbox.blocks import (
     SUPPORTED_BLOCKS,
     FormState,
@@ -19,6 +18,7 @@ from approvals.dev.sandbox.blocks import (
 )
 from approvals.dev.sandbox.mrkdwn import TextContext, render_mrkdwn, render_plain
 from approvals.models import DecisionKind, RunResult, SiblingResult, Status
+from approvals.slack import cards
 from approvals.store import Page
 from bot import modals, pending
 from tests.factories import make_approval, make_decided, make_decision

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from approvals.supervisor import ChildSpec, Supervisor
+from approvals.dev.supervisor import ChildSpec, Supervisor
 from tests.conftest import wait_until
 
 

@@ -11,8 +11,9 @@ import time
 import pytest
 import redis
 
-from approvals import deadlines, queue, store
+from approvals import queue, store
 from approvals.config import Settings
+from approvals.decisions import deadlines
 from tests.processes import redis_binary, start_redis, start_worker, wait_for_workers, wait_until
 from tests.test_retention import finish, held, pause
 from worker import main as worker_main

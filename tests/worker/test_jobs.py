@@ -13,9 +13,9 @@ from rq.registry import FinishedJobRegistry, StartedJobRegistry
 
 from approvals import run_agent, store
 from approvals.config import Settings
+from approvals.decisions.recovery import LEASE_SECONDS
+from approvals.decisions.review import decide
 from approvals.models import DecisionKind, Status
-from approvals.recovery import LEASE_SECONDS
-from approvals.review import decide
 from approvals.store import load
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script

@@ -8,8 +8,8 @@ import sys
 
 from approvals import run_agent
 from approvals.config import Settings
+from approvals.decisions.review import decide
 from approvals.models import DecisionKind, Status
-from approvals.review import decide
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.e2e import card_of, reply_containing, tool_runs, wait_status
@@ -80,7 +80,7 @@ def test_a_worker_without_an_archive_or_rules_does_not_load_their_libraries():
     """The forking worker copies its memory into a work-horse per job: SQLAlchemy, Alembic and
     cel (with its command line) are loaded only by the workers configured to need them."""
     probe = (
-        "import sys, approvals.cli, worker.main; "
+        "import sys, approvals.cli.main, worker.main; "
         "print(sorted(m for m in ('sqlalchemy', 'alembic', 'cel', 'typer') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

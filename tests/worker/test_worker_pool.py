@@ -10,8 +10,8 @@ from rq import Worker
 
 from approvals import run_agent
 from approvals.config import Settings
+from approvals.decisions.review import decide
 from approvals.models import DecisionKind, Status
-from approvals.review import decide
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.e2e import card_of, reply_containing, tool_runs, wait_status

@@ -10,8 +10,13 @@ from typing import Any
 from slack_bolt import Ack, App, Respond
 from slack_sdk import WebClient
 
-from approvals import grants, slack, store
-from approvals.cards import (
+from approvals import store
+from approvals.decisions import grants
+from approvals.decisions.review import decide, decide_many, precheck, retry
+from approvals.errors import ApprovalsError
+from approvals.models import DecisionKind, Status
+from approvals.slack import web as slack
+from approvals.slack.cards import (
     APPROVE_ACTION,
     APPROVE_ALL_ACTION,
     APPROVE_SCOPE_ACTION,
@@ -24,9 +29,6 @@ from approvals.cards import (
     build_retry_message,
     parse_scope_value,
 )
-from approvals.errors import ApprovalsError
-from approvals.models import DecisionKind, Status
-from approvals.review import decide, decide_many, precheck, retry
 from bot.listeners.ack import acknowledge
 from bot.listeners.commands import answer_pending
 from bot.listeners.events import publish_home

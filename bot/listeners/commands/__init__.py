@@ -8,8 +8,8 @@ from typing import Any
 from slack_bolt import App, Respond
 
 from approvals import store
+from approvals.decisions.review import refusal
 from approvals.models import Approval
-from approvals.review import refusal
 from bot.listeners.ack import acknowledge
 from bot.pending import PAGE_SIZE, build_pending_list, describe_query
 from bot.runtime import Runtime, runtime_of

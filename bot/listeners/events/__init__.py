@@ -7,7 +7,8 @@ from typing import Any
 from slack_bolt import App
 from slack_sdk import WebClient
 
-from approvals import grants, store
+from approvals import store
+from approvals.decisions import grants
 from bot.listeners.ack import acknowledge
 from bot.listeners.commands import pending_filter
 from bot.pending import HOME_GRANTS, HOME_PAGE_SIZE, build_home

@@ -14,10 +14,11 @@ from typing import Any, NamedTuple
 from slack_bolt import Ack, App
 from slack_sdk import WebClient
 
-from approvals import slack, store
+from approvals import store
+from approvals.decisions.review import check_edit, decide
 from approvals.errors import ApprovalsError, InvalidArguments
 from approvals.models import Approval, DecisionKind
-from approvals.review import check_edit, decide
+from approvals.slack import web as slack
 from bot.listeners.payload import actor
 from bot.modals import (
     EDIT_VIEW,

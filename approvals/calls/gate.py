@@ -23,9 +23,10 @@ from typing import Any, Literal, TypeVar, overload
 
 import llm
 
-from approvals import ijson, receipts
+from approvals.decisions import ijson
 from approvals.errors import CorruptRecord
 from approvals.models import OnReject, Policy, policy_from_dict, policy_to_dict
+from approvals.proof import receipts
 
 F = TypeVar("F", bound=Callable[..., Any])
 

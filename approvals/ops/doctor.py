@@ -17,7 +17,7 @@ are counted without their usual clean-up).
 - ``memory``: Redis's ``maxmemory-policy`` (anything but ``noeviction`` fails: an eviction
   policy deletes keys, pending approvals included) and used memory against ``maxmemory``.
 - ``retention``: finished approvals Redis still holds, and what the retention sweep will
-  free now (``approvals.retention``).
+  free now (``approvals.ops.retention``).
 - ``archive`` (with ``APPROVALS_ARCHIVE_URL`` only): it answers, at this version's schema.
 - ``slack``: ``auth.test`` with ``SLACK_BOT_TOKEN``.
 - ``scopes``: the token's scopes, from the ``X-OAuth-Scopes`` header of ``auth.test``.
@@ -46,9 +46,13 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web import SlackResponse
 
-from approvals import deadlines, plugins, queue, retention, slack, store
+from approvals import queue, store
+from approvals.calls import plugins
 from approvals.config import Settings, safe_url
+from approvals.decisions import deadlines
 from approvals.errors import ConfigError, ResumeError
+from approvals.ops import retention
+from approvals.slack import web as slack
 
 MIN_REDIS_VERSION = (5, 0, 0)
 #: Scopes every installation needs: posting cards, and ``/agent-pending``.
@@ -321,7 +325,7 @@ OVERDUE_RETENTION = 3600.0
 def check_archive(settings: Settings) -> Check:
     """The archive answers at ``APPROVALS_ARCHIVE_URL`` with this version's schema (Alembic's
     head); otherwise nothing leaves Redis, which grows until it is full."""
-    from approvals import archive
+    from approvals.ops import archive
 
     if not settings.archive_url:
         return Check("archive", Level.OK, "no archive configured")
@@ -383,7 +387,7 @@ def check_workers(conn: redis.Redis, settings: Settings) -> Check:
 def check_webhooks(conn: redis.Redis, settings: Settings) -> Check:
     """No webhook receiver has failed every delivery for a day (nothing waits on them, so
     this is the only place a dead receiver shows)."""
-    from approvals import webhooks
+    from approvals.proof import webhooks
 
     if not settings.webhook_urls:
         return Check("webhooks", Level.OK, "no webhook receivers configured")
@@ -460,7 +464,7 @@ def check_models(conn: redis.Redis, settings: Settings) -> Check:
 
 
 #: slack_sdk logs every failed attempt; the check's one line says what they came to.
-_QUIET = logging.getLogger("approvals.doctor.slack")
+_QUIET = logging.getLogger("approvals.ops.doctor.slack")
 _QUIET.setLevel(logging.CRITICAL + 1)
 
 

@@ -19,12 +19,13 @@ from typing import Any
 
 import redis
 
-from approvals import automatic, policy, queue, reminders, store
+from approvals import queue, store
 from approvals.config import Settings
+from approvals.decisions import automatic, policy, reminders
+from approvals.decisions.schemas import validate_arguments
 from approvals.errors import ConfigError, NotAllowed, UnknownApproval
 from approvals.models import Approval, DecisionKind, Policy, RunResult, Status, ToolRef
 from approvals.models import result_to_dict as _result_to_dict
-from approvals.schemas import validate_arguments
 from approvals.secrets import secret_names
 
 #: Stands where a paused llm call names its model: an external approval resumes no model.
@@ -248,7 +249,7 @@ def answer(approval: Approval) -> dict[str, Any]:
         "tool": approval.tool_name,
         "agent": approval.agent,
         "decision": None,
-        # The receipt the decider signed (``approvals.receipts``); None without a key.
+        # The receipt the decider signed (``approvals.proof.receipts``); None without a key.
         "receipt": approval.receipt,
         "votes": list(approval.votes),
         "expires_at": approval.expires_at,

@@ -26,10 +26,13 @@ import time
 
 import redis
 
-from approvals import outcomes, queue, review, slack, store
+from approvals import queue, store
+from approvals.calls import outcomes
 from approvals.config import Settings
+from approvals.decisions import review
 from approvals.errors import CorruptRecord, UnknownApproval
 from approvals.models import DECIDED, OnReject, Status
+from approvals.slack import web as slack
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,11 @@ from typing import Any
 
 import redis
 
-from approvals import ijson, outcomes, queue, receipts, store
+from approvals import queue, store
+from approvals.calls import outcomes
 from approvals.config import Settings
+from approvals.decisions import ijson
+from approvals.decisions.schemas import validate_arguments
 from approvals.errors import (
     AlreadyDecided,
     AlreadyVoted,
@@ -36,7 +39,7 @@ from approvals.models import (
     Status,
     decision_to_dict,
 )
-from approvals.schemas import validate_arguments
+from approvals.proof import receipts
 
 log = logging.getLogger(__name__)
 
@@ -543,7 +546,7 @@ def _settle_turn(conn: redis.Redis, settings: Settings, approval: Approval) -> N
 
 
 def _count_decision(pipe: Any, approval: Approval, decision: Decision) -> None:
-    """The decision's metrics (``approvals.metrics``): one more of its kind, and how long
+    """The decision's metrics (``approvals.ops.metrics``): one more of its kind, and how long
     the approval waited for it (``pipe``: the step that carries the decision out)."""
     store.count(pipe, f"decisions:{decision.kind.value}")
     store.observe(pipe, "decision_seconds", max(0.0, decision.at - approval.created_at))

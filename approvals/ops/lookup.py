@@ -1,6 +1,6 @@
 """Finding an approval, a run's outcome or audit events: in Redis first, then the archive.
 
-Redis holds what is waiting and what finished recently (``approvals.retention``); the
+Redis holds what is waiting and what finished recently (``approvals.ops.retention``); the
 archive holds what finished before. ``approvals show``, ``result`` and ``audit export`` read
 both, so an old approval is still one command away.
 """
@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from approvals import outcomes, store
+from approvals import store
+from approvals.calls import outcomes
 from approvals.config import Settings
 from approvals.errors import UnknownApproval
 from approvals.models import Approval
 
 if TYPE_CHECKING:
-    from approvals import archive
+    from approvals.ops import archive
 
 AuditEvent = dict[str, str]
 #: Audit trails read from Redis per round trip.
@@ -35,7 +36,7 @@ def archive_of(settings: Settings) -> archive.Archive | None:
     """
     if not settings.archive_url:
         return None
-    from approvals import archive
+    from approvals.ops import archive
 
     return archive.shared(settings.archive_url)
 

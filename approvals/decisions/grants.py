@@ -28,9 +28,9 @@ import redis
 
 from approvals import store
 from approvals.config import Settings
+from approvals.decisions.review import GroupMembers, _no_groups, decide, precheck
 from approvals.errors import CorruptRecord, NotAllowed
 from approvals.models import Approval, DecisionKind
-from approvals.review import GroupMembers, _no_groups, decide, precheck
 from approvals.secrets import DEFAULT_SECRET_NAMES, MASK, mask, secret_names
 
 HOUR = 3600.0

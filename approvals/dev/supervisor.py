@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from approvals.orphans import die_with_parent
+from approvals.dev.orphans import die_with_parent
 
 #: A child that ran this long before exiting is restarted at once, not after a pause.
 HEALTHY_SECONDS = 30.0

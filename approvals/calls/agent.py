@@ -22,38 +22,18 @@ import llm
 import redis
 from llm.parts import Message, ToolCallPart, ToolResultPart
 
-from approvals import (
-    automatic,
-    grants,
-    ijson,
-    llm_log,
-    outcomes,
-    policy,
-    queue,
-    receipts,
-    reminders,
-    store,
-)
-from approvals.config import Settings
-from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
-from approvals.gate import Gate, Screening, current_approval, gate_of, released, screened
-from approvals.limits import SIBLING_PREVIEW
-from approvals.models import (
-    Approval,
-    Decision,
-    DecisionKind,
-    SiblingResult,
-)
-from approvals.outcomes import Outcome
-from approvals.plugins import (
+from approvals import queue, store
+from approvals.calls import llm_log, outcomes
+from approvals.calls.gate import Gate, Screening, current_approval, gate_of, released, screened
+from approvals.calls.outcomes import Outcome
+from approvals.calls.plugins import (
     AsyncModel,
     SyncModel,
     load_plugins,
     resolve_async_model,
     resolve_model,
 )
-from approvals.secrets import secret_names
-from approvals.tools import (
+from approvals.calls.tools import (
     AgentTool,
     agent_tools,
     check_allowed,
@@ -62,6 +42,18 @@ from approvals.tools import (
     tool_named,
     tool_refs,
 )
+from approvals.config import Settings
+from approvals.decisions import automatic, grants, ijson, policy, reminders
+from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
+from approvals.models import (
+    Approval,
+    Decision,
+    DecisionKind,
+    SiblingResult,
+)
+from approvals.proof import receipts
+from approvals.secrets import secret_names
+from approvals.slack.limits import SIBLING_PREVIEW
 
 _LLM_VERSION = importlib.metadata.version("llm")
 
@@ -122,7 +114,7 @@ def run_agent(
         model: an llm model id (``"gpt-4o-mini"``) or a sync ``llm.Model``.
         tools: module-level functions, ``llm.Toolbox`` instances and plugin tools
             (``llm.get_tools()``); gate the dangerous ones with ``@requires_approval`` or
-            ``approvals.gate``.
+            ``approvals.calls.gate``.
         agent: a name for people reading the card.
         channel: where cards go; default: the gate's channel, then ``APPROVALS_CHANNEL``.
         requested_by: the Slack user id the agent acts for, shown on the card.

@@ -22,8 +22,7 @@ from typing import Any
 import llm
 from llm.models import ToolDef
 
-from approvals.errors import CorruptRecord, GateError, ResumeError
-from approvals.gate import (
+from approvals.calls.gate import (
     applied_gates,
     apply_gate,
     gate_from_dict,
@@ -33,6 +32,7 @@ from approvals.gate import (
     is_applied,
     tool_function,
 )
+from approvals.errors import CorruptRecord, GateError, ResumeError
 from approvals.models import ToolRef
 
 #: What an agent's ``tools=`` holds once read: functions and toolbox instances.

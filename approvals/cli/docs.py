@@ -1,4 +1,4 @@
-"""Write ``docs/cli.md`` from the commands' own ``--help``: ``python -m approvals.cli_docs``.
+"""Write ``docs/cli.md`` from the commands' own ``--help``: ``python -m approvals.cli.docs``.
 
 The reference is generated, never pasted, so it cannot drift from the code: the test
 ``tests/test_cli_docs.py`` fails when the file differs from what this module writes now.
@@ -14,9 +14,9 @@ from pathlib import Path
 import click
 
 #: Where the reference lives, from the repository root.
-DOCS_PATH = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 #: The command that regenerates it (quoted in the file and in the test's failure).
-REGENERATE = "python -m approvals.cli_docs"
+REGENERATE = "python -m approvals.cli.docs"
 #: Help lines are wrapped at this width, whatever the terminal's.
 WIDTH = 80
 
@@ -44,7 +44,7 @@ def walk(command: click.Command, ctx: click.Context) -> Iterator[click.Context]:
 def render(command: click.Command | None = None, prog_name: str = "approvals") -> str:
     """The Markdown reference of ``command`` (default: the ``approvals`` group)."""
     if command is None:
-        from approvals.cli import cli
+        from approvals.cli.main import cli
 
         command = cli
     root = click.Context(command, info_name=prog_name, terminal_width=WIDTH)

@@ -19,8 +19,9 @@ from typing import Any
 
 import redis
 
-from approvals import receipts, store
+from approvals import store
 from approvals.errors import InvalidReceipt
+from approvals.proof import receipts
 
 #: Every trail begins with this event (``store.create`` writes it with the approval).
 FIRST_EVENT = "paused"

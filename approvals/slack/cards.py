@@ -12,8 +12,10 @@ import re
 import time
 from typing import Any
 
-from approvals.grants import Grant, Scope
-from approvals.limits import (
+from approvals.decisions.grants import Grant, Scope
+from approvals.models import DECIDED, Approval, DecisionKind, OnReject, RunResult, Status
+from approvals.secrets import mask
+from approvals.slack.limits import (
     FIELD_TEXT,
     HEADER_TEXT,
     SECTION_TEXT,
@@ -21,8 +23,6 @@ from approvals.limits import (
     TURN_CALLS_SHOWN,
     truncate,
 )
-from approvals.models import DECIDED, Approval, DecisionKind, OnReject, RunResult, Status
-from approvals.secrets import mask
 
 APPROVE_ACTION = "approval_approve"
 REJECT_ACTION = "approval_reject"

@@ -21,8 +21,9 @@ from typing import Any
 
 import redis
 
-from approvals import grants, policy, queue, store
+from approvals import queue, store
 from approvals.config import Settings
+from approvals.decisions import grants, policy
 from approvals.models import Approval, DecidedBy, Decision, DecisionKind, decision_to_dict
 
 log = logging.getLogger(__name__)

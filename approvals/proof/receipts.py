@@ -39,10 +39,10 @@ import redis
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from approvals import keys as keyring
 from approvals import store
 from approvals.errors import InvalidReceipt
 from approvals.models import DecidedBy
+from approvals.proof import keys as keyring
 
 ISSUER = "approvals"
 ALGORITHM = "EdDSA"

@@ -17,13 +17,15 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from approvals import grants, lookup, policy, queue, store
-from approvals.cards import decision_line, plain_text
+from approvals import queue, store
 from approvals.config import Settings
+from approvals.decisions import grants, policy
+from approvals.decisions.review import CLI_ACTOR_PREFIX, decide, retry
 from approvals.dev.cli import demo_run, dev_run
 from approvals.errors import ApprovalsError
 from approvals.models import Approval, DecisionKind
-from approvals.review import CLI_ACTOR_PREFIX, decide, retry
+from approvals.ops import lookup
+from approvals.slack.cards import decision_line, plain_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,7 +45,7 @@ def pass_settings(func: F) -> F:
         except ApprovalsError as exc:
             raise click.ClickException(str(exc)) from None
         except redis.RedisError as exc:
-            from approvals.doctor import redis_problem
+            from approvals.ops.doctor import redis_problem
 
             raise click.ClickException(redis_problem(settings, exc)) from None
 
@@ -94,8 +96,8 @@ def bot_run(
     """Run the Slack app: Socket Mode if SLACK_APP_TOKEN is set, else HTTP at /slack/events."""
     import os
 
-    from approvals.doctor import start_problem
-    from approvals.logs import configure_logging
+    from approvals.ops.doctor import start_problem
+    from approvals.ops.logs import configure_logging
     from bot.app import check_settings
     from bot.server import serve_http, serve_socket_mode
 
@@ -129,7 +131,7 @@ def worker_run(
     settings: Settings, burst: bool, name: str | None, processes: int, metrics_port: int | None
 ) -> None:
     """Run an RQ worker that posts cards and resumes decided approvals."""
-    from approvals import metrics
+    from approvals.ops import metrics
     from worker.main import run_pool, run_worker
 
     with store.connect(settings) as conn:  # Redis down: one line now, before loading tools
@@ -295,7 +297,7 @@ def retention_group() -> None:
 def retention_backfill(settings: Settings) -> None:
     """Note the finished approvals an older version left in Redis, so workers remove them
     when due. Run it once after upgrading; running it again changes nothing."""
-    from approvals import retention
+    from approvals.ops import retention
 
     noted = retention.backfill(store.connect(settings))
     click.echo(f"{noted} finished approvals noted; workers remove them when due")
@@ -310,8 +312,8 @@ def archive_group() -> None:
 @pass_settings
 def archive_upgrade(settings: Settings) -> None:
     """Create the archive's tables, or migrate them to this version's schema."""
-    from approvals import archive
     from approvals.config import safe_url
+    from approvals.ops import archive
 
     if not settings.archive_url:
         raise click.ClickException("APPROVALS_ARCHIVE_URL is not set: there is no archive")
@@ -321,7 +323,7 @@ def archive_upgrade(settings: Settings) -> None:
 
 def _verify_trail(settings: Settings, conn: Any, approval_id: str) -> None:
     """``show --verify``: the verdict first, then the record as usual (exit 1 when broken)."""
-    from approvals import audit, keys
+    from approvals.proof import audit, keys
 
     # An unknown id is refused, not "0 entries, fine"; an archived one is checked there.
     lines = lookup.find_audit_lines(conn, settings, approval_id)
@@ -342,7 +344,7 @@ def _verify_trail(settings: Settings, conn: Any, approval_id: str) -> None:
 
 
 def _decide(settings: Settings, approval_id: str, kind: DecisionKind, reason: str | None) -> None:
-    from approvals import keys
+    from approvals.proof import keys
 
     keys.public_keys(settings)  # an unreadable signing key stops here, before deciding
     conn = store.connect(settings)
@@ -386,7 +388,7 @@ def keys_group() -> None:
 @pass_settings
 def keys_generate(settings: Settings, path: str) -> None:
     """Write a new private key to PATH (PEM, PKCS#8, mode 600) and print its kid."""
-    from approvals import keys
+    from approvals.proof import keys
 
     click.echo(keys.generate_key(path))
 
@@ -401,7 +403,7 @@ def keys_rotate(settings: Settings, new_path: str) -> None:
     settings to deploy: remove that file from APPROVALS_VERIFY_KEYS to retire the old key,
     once its last receipts have expired.
     """
-    from approvals import keys
+    from approvals.proof import keys
 
     settings.require("APPROVALS_SIGNING_KEY")
     assert settings.signing_key is not None
@@ -418,7 +420,7 @@ def keys_rotate(settings: Settings, new_path: str) -> None:
 @pass_settings
 def keys_jwks(settings: Settings) -> None:
     """Print the public keys as a JWKS document (what /.well-known/jwks.json serves)."""
-    from approvals import keys
+    from approvals.proof import keys
 
     click.echo(json.dumps(keys.jwks(settings), indent=2))
 
@@ -450,7 +452,7 @@ def receipt_verify(
     jwks_file: Any,
 ) -> None:
     """Explain a receipt and check it against ARGS; exit 1, with the reason, if it fails."""
-    from approvals import keys, receipts
+    from approvals.proof import keys, receipts
 
     claims = receipts.unverified_claims(token)
     for name, value in claims.items():
@@ -477,7 +479,7 @@ def receipt_verify(
 def api_run(settings: Settings, host: str, port: int) -> None:
     """Run the HTTP API any agent asks through (OpenAPI at /v1/openapi.json)."""
     from api.server import serve
-    from approvals.logs import configure_logging
+    from approvals.ops.logs import configure_logging
 
     configure_logging(settings)
     serve(settings, host, port)
@@ -494,7 +496,7 @@ def tokens_group() -> None:
 @pass_settings
 def tokens_create(settings: Settings, agent: str, tools: str) -> None:
     """Create a token; it is printed once, alone on the last line."""
-    from approvals.tokens import create_token
+    from approvals.proof.tokens import create_token
 
     names = tuple(name.strip() for name in tools.split(",") if name.strip())
     token, secret = create_token(store.connect(settings), agent, names)
@@ -568,7 +570,7 @@ def hook_claude_code(
 @pass_settings
 def tokens_list(settings: Settings) -> None:
     """List tokens: id, agent, tools, created (never the tokens themselves)."""
-    from approvals.tokens import list_tokens
+    from approvals.proof.tokens import list_tokens
 
     for token in list_tokens(store.connect(settings)):
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(token.created_at))
@@ -580,7 +582,7 @@ def tokens_list(settings: Settings) -> None:
 @pass_settings
 def tokens_revoke(settings: Settings, token_id: str) -> None:
     """Revoke a token by its id (from ``approvals tokens list``)."""
-    from approvals.tokens import revoke_token
+    from approvals.proof.tokens import revoke_token
 
     if not revoke_token(store.connect(settings), token_id):
         raise click.ClickException(f"no token with id {token_id!r}")
@@ -669,7 +671,7 @@ def policy_test(
 @pass_settings
 def doctor_run(settings: Settings, as_json: bool) -> None:
     """Check Redis, Slack, the queue and the workers; exit 1 on a failure, 2 on warnings only."""
-    from approvals import doctor
+    from approvals.ops import doctor
 
     checks = doctor.run_checks(settings)
     click.echo(doctor.render_json(checks) if as_json else doctor.render_text(checks))

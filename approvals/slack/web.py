@@ -20,9 +20,11 @@ from slack_sdk.http_retry import (
 from slack_sdk.http_retry.builtin_handlers import ServerErrorRetryHandler
 from slack_sdk.web import SlackResponse
 
-from approvals import cards, metrics, store
+from approvals import store
 from approvals.config import Settings
 from approvals.models import Approval
+from approvals.ops import metrics
+from approvals.slack import cards
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
-"""Alembic's environment: migrations run on the connection ``approvals.archive`` hands over."""
+"""Alembic's environment: migrations run on the connection ``approvals.ops.archive`` hands over."""
 
 from __future__ import annotations
 
 from alembic import context
 
-from approvals.archive import METADATA
+from approvals.ops.archive import METADATA
 
 connection = context.config.attributes["connection"]
 context.configure(connection=connection, target_metadata=METADATA)

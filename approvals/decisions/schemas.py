@@ -22,7 +22,7 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError, UnknownType, ValidationError
 from referencing.exceptions import Unresolvable
 
-from approvals import ijson
+from approvals.decisions import ijson
 from approvals.errors import InvalidArguments
 
 _RE2_OPTIONS = re2.Options()

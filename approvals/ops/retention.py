@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from approvals import lookup, store
+from approvals import store
 from approvals.config import Settings
 from approvals.errors import ArchiveError
+from approvals.ops import lookup
 
 if TYPE_CHECKING:
-    from approvals import archive
+    from approvals.ops import archive
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +214,7 @@ def check_archive(settings: Settings) -> None:
     that the sweeps do not (with a connection of its own: a pool's workers fork after this,
     and must not share one)."""
     if settings.archive_url:
-        from approvals import archive
+        from approvals.ops import archive
 
         problem = archive.schema_problem(settings.archive_url)
         if problem is not None:

@@ -27,6 +27,7 @@ from typing import Any
 import redis
 
 from approvals import queue, store
+from approvals.calls.tools import module_allowed
 from approvals.config import Settings
 from approvals.errors import CorruptRecord, GateError, ResumeError, UnknownApproval
 from approvals.models import (
@@ -39,7 +40,6 @@ from approvals.models import (
     decision_to_dict,
 )
 from approvals.secrets import mask
-from approvals.tools import module_allowed
 
 #: Statuses of an ended run.
 ENDED = ("completed", "failed", "stopped")

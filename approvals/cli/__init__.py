@@ -1,0 +1,1 @@
+"""The ``approvals`` command (``main``) and the generator of its documentation (``docs``)."""
