@@ -19,7 +19,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.answers import (
+from approvals import store
+from approvals.api.answers import (
     ApprovalAnswer,
     ApprovalList,
     JSONAnswer,
@@ -29,11 +30,10 @@ from api.answers import (
     refusals,
     refused,
 )
-from api.auth import authenticate, check_may_ask
-from api.bodies import MAX_WAIT, ApprovalBody, ResultBody, StrictJSONRoute
-from api.mcp_server import build_server, http_route
-from api.size import BodySizeLimit
-from approvals import store
+from approvals.api.auth import authenticate, check_may_ask
+from approvals.api.bodies import MAX_WAIT, ApprovalBody, ResultBody, StrictJSONRoute
+from approvals.api.mcp_server import build_server, http_route
+from approvals.api.size import BodySizeLimit
 from approvals.calls import external
 from approvals.config import Settings
 from approvals.errors import (

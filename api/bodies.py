@@ -6,7 +6,7 @@ Strict JSON is RFC 8259 in UTF-8 and nothing more: Python's parser also takes ``
 keeps the last of two equal keys (which would hide what the caller sent); all are refused at
 the door, and so is a body that nests objects and arrays deeper than ``MAX_DEPTH``. Caps on
 every field keep one caller from filling Redis or a card; the whole body is capped before it
-is read (``api.size``).
+is read (``approvals.api.size``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.answers import problem
+from approvals.api.answers import problem
 from approvals.decisions import ijson
 
 #: The longest wait of one ``GET ...?wait=`` (a caller asks again for more).

@@ -7,7 +7,7 @@ import socket
 
 import uvicorn
 
-from api.app import build_app
+from approvals.api.app import build_app
 from approvals.config import Settings
 
 

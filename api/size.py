@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
-from api.answers import JSONAnswer
+from approvals.api.answers import JSONAnswer
 
 Scope = dict[str, Any]
 Message = dict[str, Any]

@@ -12,23 +12,23 @@ from typing import Any
 
 import redis
 from rq import Queue, Retry
-from rq.job import Job
+from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
 from approvals import store
 from approvals.config import Settings
 
-POST_CARD = "worker.jobs.post_card"
-RESUME = "worker.jobs.resume_approval"
-PUBLISH = "worker.jobs.publish_result"
-ANNOUNCE = "worker.jobs.announce_decision"
-INTERRUPTED = "worker.jobs.announce_interrupted"
-EXPIRE = "worker.jobs.expire_approval"
-WARN = "worker.jobs.warn_expiry"
-FINISH = "worker.jobs.call_on_finish"
-GRANT_LINE = "worker.jobs.announce_grant_use"
-REMIND = "worker.jobs.remind_approvers"
-ESCALATE = "worker.jobs.escalate_approval"
+POST_CARD = "approvals.worker.jobs.post_card"
+RESUME = "approvals.worker.jobs.resume_approval"
+PUBLISH = "approvals.worker.jobs.publish_result"
+ANNOUNCE = "approvals.worker.jobs.announce_decision"
+INTERRUPTED = "approvals.worker.jobs.announce_interrupted"
+EXPIRE = "approvals.worker.jobs.expire_approval"
+WARN = "approvals.worker.jobs.warn_expiry"
+FINISH = "approvals.worker.jobs.call_on_finish"
+GRANT_LINE = "approvals.worker.jobs.announce_grant_use"
+REMIND = "approvals.worker.jobs.remind_approvers"
+ESCALATE = "approvals.worker.jobs.escalate_approval"
 
 #: The kinds of deadline ``store.add_deadline`` keeps.
 EXPIRE_DEADLINE = "expire"
@@ -41,14 +41,41 @@ RESULT_TTL = 3600
 #: Slack may be briefly unreachable or throttling: retry posting with growing pauses.
 _SLACK_RETRY = Retry(max=6, interval=[1, 2, 5, 10, 30, 60])
 #: A resume whose attempt died or raised (its work-horse killed, Redis away): RQ runs it again,
-#: and only what that attempt left undone happens (``worker.jobs.resume_approval``).
+#: and only what that attempt left undone happens (``approvals.worker.jobs.resume_approval``).
 _RESUME_RETRY = Retry(max=3, interval=[1, 10, 60])
 #: A continuation's own failure (its service briefly down): retried with growing pauses.
 _FINISH_RETRY = Retry(max=8, interval=[1, 5, 15, 60, 300, 900, 1800, 3600])
 
 
+#: Where the jobs lived before they moved under ``approvals.`` (the installed names ``worker``
+#: and ``api`` collided with users' own modules). Jobs queued by an older version name their
+#: function by the old path; ``Job`` runs them at the new one.
+MOVED = {
+    "worker.jobs.": "approvals.worker.jobs.",
+    "worker.webhooks.": "approvals.worker.webhooks.",
+}
+
+
+class Job(RQJob):
+    """RQ's job, which finds a job queued before the move (``MOVED``) at its new path, so an
+    upgrade strands nothing already in Redis. Only those two prefixes are mapped: any other
+    path is RQ's to refuse or import, as before."""
+
+    @property
+    def func_name(self) -> str | None:
+        name: str | None = RQJob.func_name.fget(self)  # type: ignore[attr-defined]
+        for old, new in MOVED.items():
+            if name is not None and name.startswith(old):
+                return new + name.removeprefix(old)
+        return name
+
+    @func_name.setter
+    def func_name(self, value: str) -> None:
+        RQJob.func_name.fset(self, value)  # type: ignore[attr-defined]
+
+
 def get_queue(conn: redis.Redis, settings: Settings) -> Queue:
-    return Queue(settings.queue, connection=conn, serializer=JSONSerializer)
+    return Queue(settings.queue, connection=conn, serializer=JSONSerializer, job_class=Job)
 
 
 def enqueue_card(

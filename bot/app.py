@@ -1,4 +1,5 @@
-"""Builds the Bolt app: client, middleware, listeners. Serving it lives in ``bot.server``."""
+"""Builds the Bolt app: client, middleware, listeners. Serving it lives in
+``approvals.bot.server``."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from slack_bolt.logger.messages import warning_client_prioritized_and_token_skip
 from slack_bolt.middleware import Middleware
 
 from approvals import store
+from approvals.bot.listeners import register_listeners
+from approvals.bot.runtime import Runtime
 from approvals.config import Settings
 from approvals.proof import keys
 from approvals.slack import web as slack
-from bot.listeners import register_listeners
-from bot.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

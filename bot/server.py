@@ -22,10 +22,10 @@ from gunicorn.app.base import BaseApplication
 from slack_bolt import App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 
+from approvals.bot.app import WORK_THREADS, create_app
 from approvals.config import Settings
 from approvals.ops import metrics
 from approvals.proof import keys
-from bot.app import WORK_THREADS, create_app
 
 log = logging.getLogger(__name__)
 

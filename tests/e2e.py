@@ -10,6 +10,15 @@ from typing import Any, TypeVar
 import redis
 
 from approvals import store
+from approvals.bot.modals import (
+    EDIT_VIEW,
+    REASON_BLOCK,
+    REJECT_VIEW,
+    RESPOND_VIEW,
+    RESPONSE_BLOCK,
+    VALUE_ACTION,
+)
+from approvals.bot.pending import NEXT_PAGE_ACTION
 from approvals.decisions.grants import Scope
 from approvals.models import Approval, Status
 from approvals.slack.cards import (
@@ -19,15 +28,6 @@ from approvals.slack.cards import (
     REJECT_ACTION,
     RESPOND_ACTION,
 )
-from bot.modals import (
-    EDIT_VIEW,
-    REASON_BLOCK,
-    REJECT_VIEW,
-    RESPOND_VIEW,
-    RESPONSE_BLOCK,
-    VALUE_ACTION,
-)
-from bot.pending import NEXT_PAGE_ACTION
 from tests.conftest import CHANNEL, SIGNING_SECRET, read_jsonl, wait_until
 from tests.slack_requests import (
     block_actions_payload,

@@ -111,16 +111,21 @@ def _pings(conn: redis.Redis) -> bool:
 class Process:
     """A child process whose output goes to a log file, shown when a test fails."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str], log: Path, cwd: Path = ROOT
+    ) -> None:
+        """``cwd`` other than the repository comes first on the child's import path too, as
+        an agent's own folder does when its programs run from it."""
         self.log = log
         self._out = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        child_env = {**os.environ, **env, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+        path = str(ROOT) if cwd == ROOT else os.pathsep.join((str(cwd), str(ROOT)))
+        child_env = {**os.environ, **env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
         self.popen = subprocess.Popen(
             args,
             env=child_env,
             stdout=self._out,
             stderr=subprocess.STDOUT,
-            cwd=ROOT,
+            cwd=cwd,
             start_new_session=True,
         )
 
@@ -159,11 +164,13 @@ def start_bot(
     log: Path,
     extra_env: dict[str, str] | None = None,
     args: Sequence[str] = (),
+    cwd: Path = ROOT,
 ) -> Process:
     bot = Process(
         approvals_command("bot", "--host", "127.0.0.1", "--port", "0", *args),
         {**env, **(extra_env or {})},
         log,
+        cwd,
     )
     return bot
 
@@ -186,11 +193,14 @@ def listening_url(process: Process, what: str) -> str:
     return wait_until(listening, 30, f"{what} to listen")
 
 
-def start_api(env: dict[str, str], log: Path, port: int = 0) -> tuple[Process, str]:
+def start_api(
+    env: dict[str, str], log: Path, port: int = 0, cwd: Path = ROOT
+) -> tuple[Process, str]:
     """``approvals api`` on ``port`` (0: a free one); returns it and its URL once it answers."""
     import httpx
 
-    api = Process(approvals_command("api", "--host", "127.0.0.1", "--port", str(port)), env, log)
+    command = approvals_command("api", "--host", "127.0.0.1", "--port", str(port))
+    api = Process(command, env, log, cwd)
     url = listening_url(api, "the API")
 
     def answers() -> bool:
@@ -203,8 +213,8 @@ def start_api(env: dict[str, str], log: Path, port: int = 0) -> tuple[Process, s
     return api, url
 
 
-def start_worker(env: dict[str, str], log: Path, name: str) -> Process:
-    return Process(approvals_command("worker", "--name", name), env, log)
+def start_worker(env: dict[str, str], log: Path, name: str, cwd: Path = ROOT) -> Process:
+    return Process(approvals_command("worker", "--name", name), env, log, cwd)
 
 
 def wait_for_workers(env: dict[str, str], workers: list[Process], count: int) -> None:

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from approvals import run_agent, store
+from approvals.bot.pending import build_home
 from approvals.calls.agent import resume
 from approvals.cli.main import cli
 from approvals.config import Settings
@@ -20,7 +21,6 @@ from approvals.errors import NotAllowed
 from approvals.models import DecidedBy, Policy, Status
 from approvals.slack.cards import APPROVE_SCOPE_ACTION, REVOKE_GRANT_ACTION, build_buttons
 from approvals.store import Page
-from bot.pending import build_home
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, deploy, list_files, wipe_disk
 from tests.conftest import CHANNEL, wait_until

@@ -112,7 +112,13 @@ def test_rq_says_one_line_per_job_and_nothing_while_idle(capture):
     rq.info("Worker %s: cleaning registries for queue: %s", "w1", "approvals")
     rq.info("Worker %s: cleaning group registries", "w1")
     rq.info("Worker %s: subscribing to channel %s", "w1", "rq:pubsub:w1")
-    rq.info("Worker %s: %s: %s (%s)", "w1", "approvals", "worker.jobs.post_card('a1')", "card-a1")
+    rq.info(
+        "Worker %s: %s: %s (%s)",
+        "w1",
+        "approvals",
+        "approvals.worker.jobs.post_card('a1')",
+        "card-a1",
+    )
     rq.info("Successfully completed %s job in %ss on worker %s", "post_card('a1')", 0.04, "w1")
     rq.info("Worker %s: %s: %s (%s)", "w1", "approvals", "Job OK", "card-a1")
     rq.info("Worker %s: job %s result is kept for %s seconds", "w1", "resume-a1", 3600)
@@ -217,7 +223,7 @@ def test_a_real_worker_writes_json_lines_tagged_inside_bind_approval(env, conn, 
 def test_worker_jobs_tag_their_lines_with_the_approval_id(env, conn, tmp_path):
     """The resume job's own warning (nothing to resume) carries the approval's id."""
     lines = _worker_lines(env, conn, tmp_path, queue.RESUME, "not-waiting")
-    (warning,) = [x for x in lines if x["logger"] == "worker.jobs"]
+    (warning,) = [x for x in lines if x["logger"] == "approvals.worker.jobs"]
     assert "not waiting to resume" in warning["message"]
     assert warning["approval_id"] == "not-waiting"
 

@@ -12,13 +12,13 @@ import pytest
 from click.testing import CliRunner
 
 from approvals import run_agent, store
+from approvals.bot.pending import build_home
 from approvals.cli.main import cli
 from approvals.config import Settings
 from approvals.decisions import policy, recovery
 from approvals.errors import ConfigError
 from approvals.models import DecidedBy, DecisionKind, Status
 from approvals.store import Page
-from bot.pending import build_home
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, deploy, list_files
 from tests.conftest import CHANNEL

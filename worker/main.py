@@ -26,7 +26,6 @@ from rq.serializers import JSONSerializer
 from rq.worker import BaseWorker
 from rq.worker_pool import WorkerPool
 
-import worker.jobs  # imported here, once: forked work-horses inherit it
 from approvals import store
 from approvals.calls.plugins import load_plugins, warm_models
 from approvals.calls.tools import import_modules
@@ -42,7 +41,8 @@ from approvals.errors import ConfigError
 from approvals.ops import retention
 from approvals.ops.logs import configure_logging
 from approvals.proof import webhooks
-from approvals.queue import get_queue
+from approvals.queue import Job, get_queue
+from approvals.worker import jobs  # imported here, once: forked work-horses inherit it
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,7 @@ def run_worker(settings: Settings, *, burst: bool = False, name: str | None = No
         [get_queue(conn, settings)],
         connection=conn,
         serializer=JSONSerializer,
+        job_class=Job,
         name=name,
         **_worker_options(settings),
     )
@@ -92,6 +93,7 @@ def run_pool(settings: Settings, processes: int) -> None:
         # WorkerPool only ever calls it, as it would call a class.
         worker_class=cast("type[BaseWorker]", factory),
         serializer=JSONSerializer,
+        job_class=Job,
     )
     pool.start(logging_level="INFO")
 
@@ -103,7 +105,9 @@ def _pooled_worker(
     _start_background(settings)
     # WorkerPool builds its queues without a serializer; every producer of ours writes JSON.
     names = [q.name if isinstance(q, Queue) else q for q in queues]
-    json_queues = [Queue(n, connection=connection, serializer=JSONSerializer) for n in names]
+    json_queues = [
+        Queue(n, connection=connection, serializer=JSONSerializer, job_class=Job) for n in names
+    ]
     return _worker_class(settings)(
         json_queues, connection=connection, **kwargs, **_worker_options(settings)
     )
@@ -145,7 +149,7 @@ def _warm(settings: Settings) -> None:
     lives as long as the worker) keeps each horse's collector from walking those objects,
     which would copy their memory pages into every horse.
     """
-    worker.jobs.warm()
+    jobs.warm()
     import_modules(settings.tool_modules)
     log.info("%d model ids resolved ahead of jobs", warm_models())
     try:  # the rules a resume's later calls are judged by, compiled once for every horse

@@ -96,10 +96,10 @@ def bot_run(
     """Run the Slack app: Socket Mode if SLACK_APP_TOKEN is set, else HTTP at /slack/events."""
     import os
 
+    from approvals.bot.app import check_settings
+    from approvals.bot.server import serve_http, serve_socket_mode
     from approvals.ops.doctor import start_problem
     from approvals.ops.logs import configure_logging
-    from bot.app import check_settings
-    from bot.server import serve_http, serve_socket_mode
 
     configure_logging(settings)
     check_settings(settings)
@@ -132,7 +132,7 @@ def worker_run(
 ) -> None:
     """Run an RQ worker that posts cards and resumes decided approvals."""
     from approvals.ops import metrics
-    from worker.main import run_pool, run_worker
+    from approvals.worker.main import run_pool, run_worker
 
     with store.connect(settings) as conn:  # Redis down: one line now, before loading tools
         conn.ping()
@@ -478,7 +478,7 @@ def receipt_verify(
 @pass_settings
 def api_run(settings: Settings, host: str, port: int) -> None:
     """Run the HTTP API any agent asks through (OpenAPI at /v1/openapi.json)."""
-    from api.server import serve
+    from approvals.api.server import serve
     from approvals.ops.logs import configure_logging
 
     configure_logging(settings)
@@ -509,7 +509,7 @@ def tokens_create(settings: Settings, agent: str, tools: str) -> None:
 def mcp_run(settings: Settings) -> None:
     """Serve the MCP tools request_approval and list_pending over stdio (through the API at
     APPROVALS_API_URL, as APPROVALS_API_TOKEN's agent)."""
-    from api.mcp_server import build_server
+    from approvals.api.mcp_server import build_server
 
     settings.require("APPROVALS_API_TOKEN")
     build_server(settings).run()
@@ -550,7 +550,7 @@ def hook_claude_code(
     import re
     import sys
 
-    from api.claude_code import HookRules, failure_output, run_hook
+    from approvals.api.claude_code import HookRules, failure_output, run_hook
 
     raw = sys.stdin.read()
     try:

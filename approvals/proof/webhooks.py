@@ -32,7 +32,7 @@ from approvals.models import Approval
 log = logging.getLogger(__name__)
 
 #: The job that posts one event to one receiver (``worker/webhooks.py``).
-DELIVER = "worker.webhooks.deliver_webhook"
+DELIVER = "approvals.worker.webhooks.deliver_webhook"
 #: How often each worker looks at the outbox.
 DRAIN_INTERVAL = 0.5
 #: At most this many outbox entries per look.

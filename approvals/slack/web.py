@@ -134,8 +134,8 @@ def announce_decision(client: WebClient, conn: redis.Redis, approval: Approval) 
 
     The thread reply comes once per decision. A click can be decided before the worker has
     recorded the card it just posted (the card is on screen a moment earlier); then the
-    decider has nothing to redraw, and ``worker.jobs.post_card`` shows the decision once the
-    card is recorded. Both may look at once, so each claims the reply first.
+    decider has nothing to redraw, and ``approvals.worker.jobs.post_card`` shows the decision
+    once the card is recorded. Both may look at once, so each claims the reply first.
     """
     if approval.card_ts is None or approval.decision is None:
         return

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from slack_bolt import App
 
-from bot.listeners import actions, commands, events, views
+from approvals.bot.listeners import actions, commands, events, views
 
 
 def register_listeners(app: App) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from api.bodies import MAX_DEPTH
+from approvals.api.bodies import MAX_DEPTH
 from tests.api.conftest import LoneApi
 from tests.api.contract import check
 

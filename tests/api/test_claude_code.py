@@ -9,8 +9,8 @@ import re
 import subprocess
 from typing import Any
 
-from api.claude_code import REPORT_LIMIT, HookRules, clip, idempotency_key_of, run_hook
 from approvals import store
+from approvals.api.claude_code import REPORT_LIMIT, HookRules, clip, idempotency_key_of, run_hook
 from approvals.config import Settings
 from approvals.models import Status
 from tests.api.conftest import Stack

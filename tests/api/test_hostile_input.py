@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api.bodies import MAX_DEPTH
+from approvals.api.bodies import MAX_DEPTH
 from tests.api.conftest import LoneApi
 from tests.api.contract import check
 

@@ -22,9 +22,9 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-import api.mcp_server
-from api.mcp_server import build_server
 from approvals import store
+from approvals.api import mcp_server
+from approvals.api.mcp_server import build_server
 from approvals.calls import external
 from approvals.config import Settings
 from approvals.proof.tokens import revoke_token, verify_token
@@ -310,7 +310,7 @@ def test_an_api_that_does_not_answer_in_time_is_a_tool_error(
 ) -> None:
     """An API that accepts the connection but never answers is a tool error saying so once
     the answer's deadline passes, not a call that hangs."""
-    monkeypatch.setattr(api.mcp_server, "ANSWER_SECONDS", 0.5)
+    monkeypatch.setattr(mcp_server, "ANSWER_SECONDS", 0.5)
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()

@@ -18,7 +18,7 @@ import schemathesis
 from hypothesis import settings
 from schemathesis.generation.stateful.state_machine import APIStateMachine
 
-from api.app import build_app
+from approvals.api.app import build_app
 from approvals.config import Settings
 from tests.api.conftest import LoneApi
 from tests.api.contract import document

@@ -4,15 +4,15 @@ and what was refused is said; ``/agent-pending all`` lists the recent decisions.
 from __future__ import annotations
 
 from approvals import run_agent, store
-from approvals.models import Status
-from approvals.store import Page
-from bot.pending import (
+from approvals.bot.pending import (
     BULK_APPROVE_ACTION,
     BULK_PICK_ACTION,
     build_bulk_block,
     build_pending_list,
     selected_ids,
 )
+from approvals.models import Status
+from approvals.store import Page
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.conftest import CHANNEL, SIGNING_SECRET

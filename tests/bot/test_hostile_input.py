@@ -25,6 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from approvals import run_agent, store
+from approvals.bot.modals import EDIT_VIEW, REASON_BLOCK, REJECT_VIEW, RESPOND_VIEW, RESPONSE_BLOCK
+from approvals.bot.modals import VALUE_ACTION as VALUE
+from approvals.bot.pending import NEXT_PAGE_ACTION
+from approvals.bot.server import MAX_BODY_BYTES
 from approvals.errors import CorruptRecord
 from approvals.models import DecisionKind, Status, decision_to_dict, result_to_dict
 from approvals.slack.cards import (
@@ -35,10 +39,6 @@ from approvals.slack.cards import (
     RETRY_ACTION,
 )
 from approvals.slack.limits import PLAIN_TEXT_INPUT
-from bot.modals import EDIT_VIEW, REASON_BLOCK, REJECT_VIEW, RESPOND_VIEW, RESPONSE_BLOCK
-from bot.modals import VALUE_ACTION as VALUE
-from bot.pending import NEXT_PAGE_ACTION
-from bot.server import MAX_BODY_BYTES
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, move_file
 from tests.conftest import SIGNING_SECRET

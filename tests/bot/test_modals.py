@@ -6,10 +6,7 @@ import json
 
 import pytest
 
-from approvals.calls.tools import tool_refs
-from approvals.models import OnReject, Policy, ToolRef
-from approvals.slack.limits import BLOCK_ID, MODAL_BLOCKS, MODAL_TITLE, PLAIN_TEXT_INPUT
-from bot.modals import (
+from approvals.bot.modals import (
     EDIT_VIEW,
     REASON_BLOCK,
     REJECT_VIEW,
@@ -24,6 +21,9 @@ from bot.modals import (
     read_edit_submission,
     read_text,
 )
+from approvals.calls.tools import tool_refs
+from approvals.models import OnReject, Policy, ToolRef
+from approvals.slack.limits import BLOCK_ID, MODAL_BLOCKS, MODAL_TITLE, PLAIN_TEXT_INPUT
 from tests.factories import make_approval
 
 

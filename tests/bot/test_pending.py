@@ -6,6 +6,14 @@ import json
 
 import pytest
 
+from approvals.bot.pending import (
+    HOME_PAGE_SIZE,
+    NEXT_PAGE_ACTION,
+    PAGE_SIZE,
+    build_home,
+    build_pending_list,
+    describe_query,
+)
 from approvals.models import DecisionKind, Status
 from approvals.slack.cards import APPROVE_ACTION, describe_state
 from approvals.slack.limits import (
@@ -16,14 +24,6 @@ from approvals.slack.limits import (
     SECTION_TEXT,
 )
 from approvals.store import Page
-from bot.pending import (
-    HOME_PAGE_SIZE,
-    NEXT_PAGE_ACTION,
-    PAGE_SIZE,
-    build_home,
-    build_pending_list,
-    describe_query,
-)
 from tests.factories import CREATED_AT, make_approval, make_decided, make_decision
 
 

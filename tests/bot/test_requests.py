@@ -13,10 +13,10 @@ import pytest
 from slack_bolt import BoltRequest
 
 from approvals import run_agent, store
+from approvals.bot.listeners.commands import PENDING_COMMAND
+from approvals.bot.modals import EDIT_VIEW, VALUE_ACTION
 from approvals.models import Status
 from approvals.slack.cards import APPROVE_ACTION, EDIT_ACTION
-from bot.listeners.commands import PENDING_COMMAND
-from bot.modals import EDIT_VIEW, VALUE_ACTION
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.conftest import SIGNING_SECRET

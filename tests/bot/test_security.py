@@ -9,10 +9,10 @@ from urllib.parse import urlencode
 import pytest
 
 from approvals import run_agent, store
+from approvals.bot.app import REPLAY_WINDOW
 from approvals.models import Status
 from approvals.ops import retention
 from approvals.slack.cards import APPROVE_ACTION
-from bot.app import REPLAY_WINDOW
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, restart_service
 from tests.conftest import SIGNING_SECRET

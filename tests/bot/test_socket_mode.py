@@ -11,8 +11,8 @@ import signal
 from typing import Any
 
 from approvals import run_agent, store
+from approvals.bot.modals import EDIT_VIEW, VALUE_ACTION
 from approvals.models import DecisionKind, Status
-from bot.modals import EDIT_VIEW, VALUE_ACTION
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, list_files
 from tests.bot.conftest import SocketServices

@@ -8,10 +8,10 @@ from typing import Any, Literal
 
 import pytest
 
+from approvals.bot.modals import VALUE_ACTION, block_for, build_edit_modal, read_edit_submission
 from approvals.calls.tools import tool_refs
 from approvals.decisions.review import check_edit
 from approvals.models import Policy, ToolRef
-from bot.modals import VALUE_ACTION, block_for, build_edit_modal, read_edit_submission
 from tests.factories import make_approval
 
 

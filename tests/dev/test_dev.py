@@ -287,7 +287,7 @@ def test_the_terminal_says_each_thing_once_and_nothing_while_idle(tmp_path):
         ts, _ = card_of(dev, approval_id)
         approve(dev, approval_id, ts)
         card_showing(dev, ts, "Completed")
-        resumed = f"worker.jobs.resume_approval('{approval_id}')"
+        resumed = f"approvals.worker.jobs.resume_approval('{approval_id}')"
         wait_until(lambda: resumed in dev.output(), 20, "the resume's line")
     finally:
         dev.stop()
@@ -296,7 +296,7 @@ def test_the_terminal_says_each_thing_once_and_nothing_while_idle(tmp_path):
     for chatter in ("cleaning registries", "subscribing to channel", "Job OK", "result is kept"):
         assert chatter not in output, output
     for job in ("post_card", "resume_approval"):
-        assert output.count(f"worker.jobs.{job}('{approval_id}')") == 1, output
+        assert output.count(f"approvals.worker.jobs.{job}('{approval_id}')") == 1, output
     # What each line says, without its time: nothing is said twice.
     said = [re.sub(r"^(\[\w+\] )?[\d-]+ [\d:,]+ ", r"\1", line) for line in output.splitlines()]
     repeated = {line for line in said if line.strip() and said.count(line) > 1}

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from approvals.bot import modals, pending
 from approvals.dev.sandbox.blocks import (
     SUPPORTED_BLOCKS,
     FormState,
@@ -20,7 +21,6 @@ from approvals.dev.sandbox.mrkdwn import TextContext, render_mrkdwn, render_plai
 from approvals.models import DecisionKind, RunResult, SiblingResult, Status
 from approvals.slack import cards
 from approvals.store import Page
-from bot import modals, pending
 from tests.factories import make_approval, make_decided, make_decision
 
 CTX = TextContext(users={"UALICE": "alice"}, channels={"C0APPROVALS": "approvals"})

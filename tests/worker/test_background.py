@@ -1,5 +1,5 @@
-"""The worker's background loops (``worker.main._every``): the deadline sweep, recovery and
-retention."""
+"""The worker's background loops (``approvals.worker.main._every``): the deadline sweep,
+recovery and retention."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import redis
 from approvals import queue, store
 from approvals.config import Settings
 from approvals.decisions import deadlines
+from approvals.worker import main as worker_main
 from tests.processes import redis_binary, start_redis, start_worker, wait_for_workers, wait_until
 from tests.test_retention import finish, held, pause
-from worker import main as worker_main
 
 
 @pytest.mark.skipif(redis_binary() is None, reason="needs a redis-server binary to restart")
@@ -37,7 +37,7 @@ def test_a_redis_outage_is_reported_once_and_the_sweep_resumes_after_it(env, tmp
         return deadlines.sweep(conn, settings)
 
     stop = threading.Event()
-    caplog.set_level(logging.INFO, logger="worker.main")
+    caplog.set_level(logging.INFO, logger="approvals.worker.main")
     loop = worker_main._every("sweep", 0.01, settings, counted, stop)
     try:
         wait_until(lambda: len(rounds) >= 3, 10, "a few rounds")

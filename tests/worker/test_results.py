@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from approvals import run_agent
+from approvals.worker.jobs import RUNNING_AFTER
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.e2e import (
@@ -19,7 +20,6 @@ from tests.e2e import (
     tool_runs,
 )
 from tests.processes import wait_until
-from worker.jobs import RUNNING_AFTER
 
 RUNNING = ":gear: Running"
 COMPLETED = ":checkered_flag: Completed"

@@ -11,6 +11,20 @@ from slack_bolt import Ack, App, Respond
 from slack_sdk import WebClient
 
 from approvals import store
+from approvals.bot.listeners.ack import acknowledge
+from approvals.bot.listeners.commands import answer_pending
+from approvals.bot.listeners.events import publish_home
+from approvals.bot.listeners.payload import actor
+from approvals.bot.modals import build_edit_modal, build_reject_modal, build_respond_modal
+from approvals.bot.pending import (
+    BULK_APPROVE_ACTION,
+    BULK_PICK_ACTION,
+    BULK_REJECT_ACTION,
+    NEXT_PAGE_ACTION,
+    selected_ids,
+)
+from approvals.bot.replies import bulk_summary, explain
+from approvals.bot.runtime import Runtime, runtime_of
 from approvals.decisions import grants
 from approvals.decisions.review import decide, decide_many, precheck, retry
 from approvals.errors import ApprovalsError
@@ -29,20 +43,6 @@ from approvals.slack.cards import (
     build_retry_message,
     parse_scope_value,
 )
-from bot.listeners.ack import acknowledge
-from bot.listeners.commands import answer_pending
-from bot.listeners.events import publish_home
-from bot.listeners.payload import actor
-from bot.modals import build_edit_modal, build_reject_modal, build_respond_modal
-from bot.pending import (
-    BULK_APPROVE_ACTION,
-    BULK_PICK_ACTION,
-    BULK_REJECT_ACTION,
-    NEXT_PAGE_ACTION,
-    selected_ids,
-)
-from bot.replies import bulk_summary, explain
-from bot.runtime import Runtime, runtime_of
 
 _MODALS = {
     REJECT_ACTION: (DecisionKind.REJECT, build_reject_modal),

@@ -8,11 +8,11 @@ from typing import Any
 from slack_bolt import App, Respond
 
 from approvals import store
+from approvals.bot.listeners.ack import acknowledge
+from approvals.bot.pending import PAGE_SIZE, build_pending_list, describe_query
+from approvals.bot.runtime import Runtime, runtime_of
 from approvals.decisions.review import refusal
 from approvals.models import Approval
-from bot.listeners.ack import acknowledge
-from bot.pending import PAGE_SIZE, build_pending_list, describe_query
-from bot.runtime import Runtime, runtime_of
 
 PENDING_COMMAND = "/agent-pending"
 #: Recent decisions listed under ``/agent-pending all`` (one block: the page stays within 50).

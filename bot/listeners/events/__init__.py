@@ -8,11 +8,11 @@ from slack_bolt import App
 from slack_sdk import WebClient
 
 from approvals import store
+from approvals.bot.listeners.ack import acknowledge
+from approvals.bot.listeners.commands import pending_filter
+from approvals.bot.pending import HOME_GRANTS, HOME_PAGE_SIZE, build_home
+from approvals.bot.runtime import Runtime, runtime_of
 from approvals.decisions import grants
-from bot.listeners.ack import acknowledge
-from bot.listeners.commands import pending_filter
-from bot.pending import HOME_GRANTS, HOME_PAGE_SIZE, build_home
-from bot.runtime import Runtime, runtime_of
 
 
 def register(app: App) -> None:

@@ -15,12 +15,8 @@ from slack_bolt import Ack, App
 from slack_sdk import WebClient
 
 from approvals import store
-from approvals.decisions.review import check_edit, decide
-from approvals.errors import ApprovalsError, InvalidArguments
-from approvals.models import Approval, DecisionKind
-from approvals.slack import web as slack
-from bot.listeners.payload import actor
-from bot.modals import (
+from approvals.bot.listeners.payload import actor
+from approvals.bot.modals import (
     EDIT_VIEW,
     REASON_BLOCK,
     REJECT_VIEW,
@@ -32,8 +28,12 @@ from bot.modals import (
     read_edit_submission,
     read_text,
 )
-from bot.replies import explain
-from bot.runtime import Runtime, runtime_of
+from approvals.bot.replies import explain
+from approvals.bot.runtime import Runtime, runtime_of
+from approvals.decisions.review import check_edit, decide
+from approvals.errors import ApprovalsError, InvalidArguments
+from approvals.models import Approval, DecisionKind
+from approvals.slack import web as slack
 
 _UNREADABLE = "Nothing changed: this form could not be read."
 
