@@ -81,7 +81,7 @@ def build_app(settings: Settings) -> FastAPI:
         redirect_slashes=False,
     )
     app.state.settings = settings
-    app.state.conn = store.connect(settings)
+    app.state.conn = store.connection.connect(settings)
     app.add_exception_handler(StarletteHTTPException, refused)
     app.add_exception_handler(InvalidArguments, invalid_arguments)
     app.add_exception_handler(RequestValidationError, invalid_request)
@@ -189,7 +189,7 @@ async def get_approval(
     conn = request.app.state.conn
     approval = await run_in_threadpool(_owned, conn, approval_id, token)
     pending = wait > 0 and approval.status is Status.PENDING
-    if pending and await store.wait_answer(request.app.state.aconn, approval_id, wait):
+    if pending and await store.callers.wait_answer(request.app.state.aconn, approval_id, wait):
         approval = await run_in_threadpool(_owned, conn, approval_id, token)
     return external.answer(approval)
 
@@ -230,7 +230,7 @@ def _owned(conn: redis.Redis, approval_id: str, token: Token) -> Approval:
     if not _ID.match(approval_id):
         raise HTTPException(404, "no such approval")
     try:
-        approval = store.load(conn, approval_id)
+        approval = store.records.load(conn, approval_id)
     except UnknownApproval:
         raise HTTPException(404, "no such approval") from None
     if not approval.external or approval.agent != token.agent:

@@ -36,7 +36,7 @@ def authenticate(
             401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
         )
     limit: int = request.app.state.settings.api_rate_limit
-    if store.count_request(conn, token.id, time.time()) > limit:
+    if store.callers.count_request(conn, token.id, time.time()) > limit:
         retry = str(60 - int(time.time() % 60))
         raise HTTPException(
             429, f"over {limit} requests a minute for this token", headers={"Retry-After": retry}

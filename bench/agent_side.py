@@ -25,7 +25,7 @@ def run_pause_cost(phase: Phase, size: int, samples: int) -> PauseCost:
     result = PauseCost(size)
     for i in range(samples + 1):  # the first one warms up
         approval_id, paused_at, returned_at = pause(phase, size, f"b3-{size}-{i}")
-        history = phase.conn.get(store.history_key(approval_id))
+        history = phase.conn.get(store.keys.history_key(approval_id))
         assert isinstance(history, bytes)
         started = time.perf_counter()
         phase.conn.set("bench:floor", history)
@@ -49,7 +49,7 @@ def run_memory(phase: Phase, count: int, size: int) -> dict[str, Any]:
     ids = [pause(phase, size, f"b7-{size}-{i}")[0] for i in range(count)]
     phase.idle(timeout=300)
     after, families = used_memory(phase.conn), memory_by_family(phase.conn)
-    stored = sum(int(phase.conn.strlen(store.history_key(i))) for i in ids)
+    stored = sum(int(phase.conn.strlen(store.keys.history_key(i))) for i in ids)
     grown = {k: v - families_before.get(k, 0) for k, v in families.items()}
     per_approval = {k: round(v / count) for k, v in grown.items() if v >= count}
     return {

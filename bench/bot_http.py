@@ -97,7 +97,7 @@ def run_burst(phase: Phase, rounds: int, clicks: int) -> Bursts:
         phase.release(held, len(phase.workers))
 
         def finished(ids: list[str] = clicked) -> bool:
-            return all(store.load(phase.conn, a).status in _FINISHED for a in ids)
+            return all(store.records.load(phase.conn, a).status in _FINISHED for a in ids)
 
         wait_until(finished, 300, "every clicked approval to finish", interval=0.05)
         phase.idle(timeout=300)
@@ -105,10 +105,10 @@ def run_burst(phase: Phase, rounds: int, clicks: int) -> Bursts:
 
 
 class _Batch:
-    """What ``store.create`` needs of a client, writing into one shared plain pipeline.
+    """What ``store.records.create`` needs of a client, writing into one shared plain pipeline.
 
-    ``store.create`` opens a MULTI/EXEC per approval; filling the list that way costs one round
-    trip each. Handing it this object instead queues the same writes, key for key, on one
+    ``store.records.create`` opens a MULTI/EXEC per approval; filling the list that way costs
+    one round trip each. Handing it this object instead queues the same writes, key for key, on one
     pipeline that is sent every ``FILL_BATCH`` approvals (only the atomicity is lost, which a
     fill with nothing else running does not need).
     """
@@ -132,8 +132,8 @@ def fill_pending(phase: Phase, waiting: int) -> float:
     Returns how long the copies took to write (seconds).
     """
     approval_id, _, _ = pause(phase, 0, "pending")
-    template = store.load(phase.conn, approval_id)
-    history = store.load_history(phase.conn, approval_id)
+    template = store.records.load(phase.conn, approval_id)
+    history = store.records.load_history(phase.conn, approval_id)
     record = template.record()
 
     class Copy(Approval):
@@ -150,13 +150,13 @@ def fill_pending(phase: Phase, waiting: int) -> float:
     client = cast(redis.Redis, batch)
     for i in range(waiting - 1):
         copy = dataclasses.replace(base, id=new_approval_id(), created_at=base.created_at - 1 - i)
-        store.create(client, copy, history)
+        store.records.create(client, copy, history)
         if (i + 1) % FILL_BATCH == 0:
             batch.pipe.execute()
     batch.pipe.execute()
     took = time.perf_counter() - started
-    assert store.pending_count(phase.conn) == waiting
-    for approval in store.pending(phase.conn, limit=3):
+    assert store.pending.pending_count(phase.conn) == waiting
+    for approval in store.pending.pending(phase.conn, limit=3):
         again = dataclasses.replace(approval, id=template.id, created_at=template.created_at)
         assert again.record() == record, "a copy does not read back as its template"
     return took

@@ -320,7 +320,7 @@ class Phase:
         """Wait until the approval's audit trail records ``event``."""
 
         def recorded() -> bool:
-            return any(e["event"] == event for e in store.audit_trail(self.conn, approval_id))
+            return any(e["event"] == event for e in store.audit.audit_trail(self.conn, approval_id))
 
         wait_until(
             recorded, timeout, f"approval {approval_id} to record {event}", interval=interval

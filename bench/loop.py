@@ -150,7 +150,7 @@ def _one_click(phase: Phase, history_bytes: int, target: str) -> dict[str, Any]:
     approval_id, paused_at, returned_at = pause(phase, history_bytes, target)
     card_at = phase.standin.arrival("chat.postMessage", approval_id.encode(), since=mark)
     phase.idle()
-    approval = store.load(phase.conn, approval_id)
+    approval = store.records.load(phase.conn, approval_id)
     set_history = _set_floor(phase, approval_id)
     request = click_request(approval_id, phase.standin.new_response_url())
     t0 = time.time()
@@ -175,7 +175,7 @@ def _one_click(phase: Phase, history_bytes: int, target: str) -> dict[str, Any]:
 
 def _stages(phase: Phase, approval_id: str, t0: float, tool_at: float) -> dict[str, float]:
     """Click → decision recorded → job enqueued → job started → resume code → tool (ms)."""
-    trail = store.audit_trail(phase.conn, approval_id)
+    trail = store.audit.audit_trail(phase.conn, approval_id)
     at = {e["event"]: float(e["at"]) for e in trail}
     job = phase.conn.hmget(f"rq:job:resume-{approval_id}", ["enqueued_at", "started_at"])
     enqueued, started = rq_time(job[0]), rq_time(job[1])
@@ -196,7 +196,7 @@ def _stages(phase: Phase, approval_id: str, t0: float, tool_at: float) -> dict[s
 
 def _set_floor(phase: Phase, approval_id: str) -> float:
     """One SET of the approval's history bytes (ms)."""
-    history = phase.conn.get(store.history_key(approval_id))
+    history = phase.conn.get(store.keys.history_key(approval_id))
     assert isinstance(history, bytes)
     started = time.perf_counter()
     phase.conn.set("bench:floor", history)
@@ -232,7 +232,7 @@ def run_counts(phase: Phase, runs: int) -> dict[str, int]:
         assert send(phase.bot_url, request) == 200
         phase.audit_event(approval_id, "resume_finished")
         phase.idle()
-        approval = store.load(phase.conn, approval_id)
+        approval = store.records.load(phase.conn, approval_id)
         assert approval.status is Status.COMPLETED, approval.status
         counts["gated_model"] += phase.lines("SCRIPTED_LEDGER") - model
         counts["gated_tools"] += phase.lines("BENCH_TOOL_LOG") - tool
@@ -261,7 +261,7 @@ def run_polling(phase: Phase, samples: int, interval: float, window: float) -> l
     waiting: list[tuple[str, str]] = []
     for i in range(samples):
         approval_id, _, _ = pause(phase, 2_000, f"poll-{i}")
-        waiting.append((approval_id, store.load(phase.conn, approval_id).tool_call_id))
+        waiting.append((approval_id, store.records.load(phase.conn, approval_id).tool_call_id))
     poller = Process(
         [
             sys.executable,

@@ -29,12 +29,12 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=2.0)
     parser.add_argument("--deadline", type=float, default=120.0)
     args = parser.parse_args()
-    conn = store.connect(Settings(redis_url=args.redis_url))
+    conn = store.connection.connect(Settings(redis_url=args.redis_url))
     waiting = dict(item.split(":", 1) for item in args.ids)
     stop_at = time.monotonic() + args.deadline
     while waiting and time.monotonic() < stop_at:
         for approval_id, call_id in list(waiting.items()):
-            if store.load(conn, approval_id).status is Status.APPROVED:
+            if store.records.load(conn, approval_id).status is Status.APPROVED:
                 del waiting[approval_id]
                 act(
                     approval_id,

@@ -34,8 +34,8 @@ def fill(phase: Phase, count: int, size: int, finished: bool) -> float:
     the seconds the writes took."""
     template_id, _, _ = pause(phase, size, f"b9-{new_approval_id()}")
     phase.idle()
-    template = store.load(phase.conn, template_id)
-    history = store.load_history(phase.conn, template_id)
+    template = store.records.load(phase.conn, template_id)
+    history = store.records.load_history(phase.conn, template_id)
     result = json.dumps(result_to_dict(RunResult(Status.COMPLETED, text="Done.")))
     started = time.perf_counter()
     batch = _Batch(phase.conn)
@@ -43,7 +43,7 @@ def fill(phase: Phase, count: int, size: int, finished: bool) -> float:
     ended = time.time() - LONG_AGO
     for i in range(count):
         copy = dataclasses.replace(template, id=new_approval_id())
-        store.create(client, copy, history)
+        store.records.create(client, copy, history)
         if finished:
             _finish(batch, copy, result, ended)
         if (i + 1) % FILL_BATCH == 0:
@@ -54,16 +54,18 @@ def fill(phase: Phase, count: int, size: int, finished: bool) -> float:
 
 def _finish(batch: _Batch, approval: Approval, result: str, ended: float) -> None:
     """What a resume that completed leaves: the status, the result, the retention indexes."""
-    batch.hset(store.approval_key(approval.id), mapping={"status": "completed", "result": result})
-    batch.zrem(store.PENDING_KEY, approval.id)
-    batch.zadd(store.FINISHED_KEY, {approval.id: ended})
-    batch.zadd(store.FINISHED_HISTORY_KEY, {approval.id: ended})
+    batch.hset(
+        store.keys.approval_key(approval.id), mapping={"status": "completed", "result": result}
+    )
+    batch.zrem(store.keys.PENDING_KEY, approval.id)
+    batch.zadd(store.keys.FINISHED_KEY, {approval.id: ended})
+    batch.zadd(store.keys.FINISHED_HISTORY_KEY, {approval.id: ended})
 
 
 def due(phase: Phase) -> int:
     """Finished approvals whose record retention should have removed by now."""
     until = retention.approval_cutoff(phase.settings, time.time())
-    return int(phase.conn.zcount(store.FINISHED_KEY, "-inf", repr(until)))
+    return int(phase.conn.zcount(store.keys.FINISHED_KEY, "-inf", repr(until)))
 
 
 def swept(phase: Phase, timeout: float) -> float:

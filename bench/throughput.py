@@ -73,7 +73,7 @@ def approval_rate(phase: Phase, approvals: int, workers: int) -> dict[str, Any]:
 
     phase.idle(timeout=600, interval=0.1)
     cpu = _cpu_per_item(phase, before, approvals)
-    completed = sum(store.load(phase.conn, a).status is Status.COMPLETED for a in ids)
+    completed = sum(store.records.load(phase.conn, a).status is Status.COMPLETED for a in ids)
     assert completed == approvals, f"{approvals - completed} approvals did not complete"
     calls = phase.standin.since(mark)
     redrawn = sum("chat.update" in call.path for call in calls)

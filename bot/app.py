@@ -69,7 +69,9 @@ def create_app(
     check_settings(settings)
     socket_mode = settings.slack_app_token is not None
     client = slack.web_client(settings)
-    runtime = Runtime(settings=settings, conn=conn or store.connect(settings), client=client)
+    runtime = Runtime(
+        settings=settings, conn=conn or store.connection.connect(settings), client=client
+    )
     _drop_false_token_warning()
     app = App(
         client=client,
@@ -118,7 +120,7 @@ class Admission(Middleware):
             return BoltResponse(status=400, body={"error": "malformed request"})
         if self.conn is not None and req.mode == "http":
             signature = req.headers.get("x-slack-signature", [""])[0]
-            if not store.first_sighting(self.conn, signature, REPLAY_WINDOW):
+            if not store.caches.first_sighting(self.conn, signature, REPLAY_WINDOW):
                 log.info("refused a replayed request")
                 return BoltResponse(status=401, body={"error": "replayed request"})
         return next()

@@ -7,12 +7,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from approvals.decisions.grants import Grant
 from approvals.models import Approval
+from approvals.models.grant import Grant
 from approvals.slack import cards
 from approvals.slack.cards import Block
 from approvals.slack.limits import truncate
-from approvals.store import Page
+from approvals.store.pending import Page
 
 NEXT_PAGE_ACTION = "pending_next_page"
 #: Decisions in bulk: the checkboxes (one element per ten approvals) and the two buttons.

@@ -90,7 +90,7 @@ def _closed_shared_clients() -> Iterator[None]:
     new URL, so close them after the test: left open, hundreds of tests' connections piled up
     against the server's and the process's file limits (a 200-thread test then failed)."""
     yield
-    store.close_shared_connections()
+    store.connection.close_shared_connections()
 
 
 @pytest.fixture

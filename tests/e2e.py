@@ -19,8 +19,8 @@ from approvals.bot.modals import (
     VALUE_ACTION,
 )
 from approvals.bot.pending import NEXT_PAGE_ACTION
-from approvals.decisions.grants import Scope
 from approvals.models import Approval, Status
+from approvals.models.grant import Scope
 from approvals.slack.cards import (
     APPROVE_ACTION,
     APPROVE_SCOPE_ACTION,
@@ -209,7 +209,7 @@ def wait_status(
     conn: redis.Redis, approval_id: str, *statuses: Status, timeout: float = 30
 ) -> Approval:
     def reached() -> Approval | None:
-        approval = store.load(conn, approval_id)
+        approval = store.records.load(conn, approval_id)
         return approval if approval.status in statuses else None
 
     return wait_until(reached, timeout, f"approval {approval_id} to be {statuses}")
@@ -343,14 +343,14 @@ def replace_worker(services: Any, env: dict[str, str], log: Any) -> None:
 BOOKKEEPING = frozenset(
     key.encode()
     for key in (
-        store.METRICS_KEY,
-        store.ENDED_KEY,
-        store.FINISHED_KEY,
-        store.FINISHED_HISTORY_KEY,
-        store.RETENTION_LOCK_KEY,
-        store.ENDS_CHECKED_KEY,
-        store.EVENTS_KEY,
-        store.EVENTS_TAKING_KEY,
+        store.keys.METRICS_KEY,
+        store.keys.ENDED_KEY,
+        store.keys.FINISHED_KEY,
+        store.keys.FINISHED_HISTORY_KEY,
+        store.keys.RETENTION_LOCK_KEY,
+        store.keys.ENDS_CHECKED_KEY,
+        store.keys.EVENTS_KEY,
+        store.keys.EVENTS_TAKING_KEY,
     )
 )
 
@@ -363,7 +363,7 @@ def redis_state(conn: Any, *, seen: bool = True, jobs: bool = False) -> dict[byt
     """
     keys = sorted(conn.keys("approvals:*"))
     if not seen:
-        keys = [k for k in keys if not k.startswith(store.seen_key("").encode())]
+        keys = [k for k in keys if not k.startswith(store.keys.seen_key("").encode())]
     if jobs:
         keys += sorted(conn.keys("rq:job:*"))
     return {key: key_value(conn, key) for key in keys if key not in BOOKKEEPING}

@@ -111,9 +111,7 @@ def _pings(conn: redis.Redis) -> bool:
 class Process:
     """A child process whose output goes to a log file, shown when a test fails."""
 
-    def __init__(
-        self, args: list[str], env: dict[str, str], log: Path, cwd: Path = ROOT
-    ) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, cwd: Path = ROOT) -> None:
         """``cwd`` other than the repository comes first on the child's import path too, as
         an agent's own folder does when its programs run from it."""
         self.log = log

@@ -53,7 +53,7 @@ def test_an_async_run_pauses_without_running_the_gated_coroutine(env, conn):
     outcome = _pause()
     assert [r["tool"] for r in tool_runs(env)] == ["fetch_page"]
     assert [c["api"] for c in model_calls(env)] == ["async"]
-    approval = store.load(conn, outcome.pause_id)
+    approval = store.records.load(conn, outcome.pause_id)
     assert approval.asynchronous and approval.tool_name == "publish_post"
     assert approval.arguments == {"slug": "q4"}
     assert [s.name for s in approval.siblings] == ["fetch_page"]
@@ -118,11 +118,11 @@ def test_a_sync_gated_tool_in_an_async_chain_pauses_and_resumes_too(services, sl
         say("All: {results}"),
     )
     first = _pause(prompt)
-    assert store.load(conn, first.pause_id).tool_name == "delete_path"
+    assert store.records.load(conn, first.pause_id).tool_name == "delete_path"
     approve_on_card(slack, services.bot_url, first.pause_id)
     # The resumed async run pauses again, on the coroutine tool, in the same run.
     second_id = wait_status(conn, first.pause_id, Status.PAUSED).result.next_approval_id
-    second = store.load(conn, second_id)
+    second = store.records.load(conn, second_id)
     assert second.asynchronous and second.run_id == first.run_id
     approve_on_card(slack, services.bot_url, second_id)
     wait_status(conn, second_id, Status.COMPLETED)
@@ -152,7 +152,7 @@ def test_wait_true_returns_the_final_outcome_of_an_async_run(services, slack, en
         return outcome, ticks
 
     def approver() -> None:
-        waiting = wait_until(lambda: store.pending(conn) or None, 30, "a pause")
+        waiting = wait_until(lambda: store.pending.pending(conn) or None, 30, "a pause")
         approval_id = waiting[0].id
         card = card_of(slack, approval_id)
         click(slack, services.bot_url, "approve", approval_id, card_ts=card.ts)
@@ -177,9 +177,11 @@ def test_an_async_resume_never_starts_a_tool_an_earlier_attempt_started(env, con
     settings = Settings.from_env()
     outcome = _pause()
     decided = review.decide(conn, settings, outcome.pause_id, DecisionKind.APPROVE, "UALICE")
-    assert store.mark_tool_started(conn, outcome.pause_id)  # an attempt that died in the tool
+    assert store.records.mark_tool_started(
+        conn, outcome.pause_id
+    )  # an attempt that died in the tool
     with pytest.raises(ToolAlreadyStarted):
-        agent.resume(conn, settings, store.load(conn, decided.id))
+        agent.resume(conn, settings, store.records.load(conn, decided.id))
     assert tool_runs(env, "publish_post") == []
     assert [c["api"] for c in model_calls(env)] == ["async"]  # and no model call either
 
@@ -240,7 +242,9 @@ def test_a_click_and_the_cli_at_once_resume_an_async_run_once(services, slack, e
         lambda: click(slack, services.bot_url, "approve", outcome.pause_id, "UBOB", card.ts),
     )
     done = wait_status(conn, outcome.pause_id, Status.COMPLETED)
-    decided = [e for e in store.audit_trail(conn, outcome.pause_id) if e["event"] == "approved"]
+    decided = [
+        e for e in store.audit.audit_trail(conn, outcome.pause_id) if e["event"] == "approved"
+    ]
     assert len(decided) == 1 and done.decision.actor == decided[0]["actor"]
     assert cli_exit == (0 if done.decision.actor.startswith("cli:") else 1)
     assert len(tool_runs(env, "publish_post")) == 1
@@ -302,5 +306,5 @@ def test_wait_follows_an_async_run_through_two_pauses_and_on_finish_is_called_on
     assert [c.output for c in outcome.calls] == ["published one", "published two"]
     (call,) = wait_until(lambda: tool_runs(env, "on_finish"), 30, "the on_finish call")
     assert call["status"] == "completed" and call["key"] == first.run_id
-    wait_until(lambda: store.outcome_flag_set(conn, first.run_id), 10, "the call noted")
+    wait_until(lambda: store.runs.outcome_flag_set(conn, first.run_id), 10, "the call noted")
     assert len(tool_runs(env, "on_finish")) == 1

@@ -35,11 +35,13 @@ def test_a_full_run_leaves_a_complete_audit_trail(services, slack, env, conn):
     submit_edit(services.bot_url, pause_id, {"path": "b"}, user="UALICE")
     wait_status(conn, pause_id, Status.COMPLETED)
     wait_until_published = slack.wait_for(
-        lambda: any(e["event"] == "resume_finished" for e in store.audit_trail(conn, pause_id))
+        lambda: any(
+            e["event"] == "resume_finished" for e in store.audit.audit_trail(conn, pause_id)
+        )
     )
     assert wait_until_published
 
-    trail = store.audit_trail(conn, pause_id)
+    trail = store.audit.audit_trail(conn, pause_id)
     events = [e["event"] for e in trail]
     assert events == [
         "paused",
@@ -81,16 +83,16 @@ def signed(env, conn, tmp_path, monkeypatch):
     keys.generate_key(key)
     monkeypatch.setenv("APPROVALS_SIGNING_KEY", key)
     approval = make_approval()
-    store.create(conn, approval, []).execute()
+    store.records.create(conn, approval, []).execute()
     return approval
 
 
 def test_an_operator_approval_carries_a_receipt_and_the_chain_verifies(signed, conn):
     """`approve` from the CLI signs a receipt; `show --verify` checks chain and signature."""
     assert CliRunner().invoke(cli, ["approve", signed.id]).exit_code == 0
-    trail = store.audit_trail(conn, signed.id)
+    trail = store.audit.audit_trail(conn, signed.id)
     decided = next(e for e in trail if e["event"] == "approved")
-    assert decided["receipt"] == store.load(conn, signed.id).receipt
+    assert decided["receipt"] == store.records.load(conn, signed.id).receipt
     claims = jwt.decode(decided["receipt"], options={"verify_signature": False})
     assert claims["approvers"] == [f"cli:{getpass.getuser()}"]
     assert claims["decided_by"] == "person"
@@ -102,9 +104,9 @@ def test_an_operator_approval_carries_a_receipt_and_the_chain_verifies(signed, c
 @pytest.mark.parametrize("tamper", ["edit", "delete", "insert"])
 def test_show_verify_catches_an_edited_audit_entry(signed, conn, tamper):
     """Changing, removing or inserting an entry in Redis breaks the chain: exit 1, and where."""
-    store.audit(conn, signed.id, "refused", "UEVE", reason="not an approver")
+    store.audit.append(conn, signed.id, "refused", "UEVE", reason="not an approver")
     assert CliRunner().invoke(cli, ["approve", signed.id]).exit_code == 0
-    key = store.audit_key(signed.id)
+    key = store.keys.audit_key(signed.id)
     if tamper == "edit":
         entry = json.loads(conn.lindex(key, 1))
         entry["actor"] = "UMALLORY"
@@ -112,7 +114,9 @@ def test_show_verify_catches_an_edited_audit_entry(signed, conn, tamper):
     elif tamper == "delete":
         conn.lrem(key, 1, conn.lindex(key, 1))
     else:
-        conn.linsert(key, "BEFORE", conn.lindex(key, 1), store.audit_entry("approved", "UEVE"))
+        conn.linsert(
+            key, "BEFORE", conn.lindex(key, 1), store.audit.audit_entry("approved", "UEVE")
+        )
     shown = CliRunner().invoke(cli, ["show", signed.id, "--verify"])
     assert shown.exit_code == 1
     assert "does not follow entry" in shown.output
@@ -122,12 +126,12 @@ def test_show_verify_catches_an_edited_audit_entry(signed, conn, tamper):
 def test_show_verify_refuses_a_trail_removed_whole_or_from_its_start(signed, conn):
     """A trail deleted whole, or cut so that what is left begins a new chain, does not
     verify: "no entries" is never read as "nothing wrong"."""
-    key = store.audit_key(signed.id)
+    key = store.keys.audit_key(signed.id)
     conn.delete(key)
     shown = CliRunner().invoke(cli, ["show", signed.id, "--verify"])
     assert shown.exit_code == 1
     assert "the audit trail is empty" in shown.output
-    store.audit(conn, signed.id, "refused", "UEVE", reason="a fresh chain after the cut")
+    store.audit.append(conn, signed.id, "refused", "UEVE", reason="a fresh chain after the cut")
     shown = CliRunner().invoke(cli, ["show", signed.id, "--verify"])
     assert shown.exit_code == 1
     assert "entry 1 is not 'paused'" in shown.output
@@ -149,13 +153,13 @@ def test_a_decision_rewritten_to_other_arguments_no_longer_matches_its_receipt(e
         agent="x",
         ttl=600,
     )
-    first = json.dumps({"event": "paused", "prev": store.GENESIS}).encode()
+    first = json.dumps({"event": "paused", "prev": store.audit.GENESIS}).encode()
     second = json.dumps(
         {
             "event": "edited",
             "approved": '{"path": "/etc"}',
             "receipt": token,
-            "prev": store.entry_hash(first),
+            "prev": store.audit.entry_hash(first),
         }
     )
     check = audit.check_lines("a1", [first, second.encode()], keys.jwks(Settings(signing_key=key)))
@@ -167,7 +171,7 @@ def test_a_decision_rewritten_to_other_arguments_no_longer_matches_its_receipt(e
 def test_entries_written_at_the_same_moment_still_form_one_chain(signed, conn):
     """Many writers at once (bot clicks, workers): the compare-and-append keeps one chain."""
     threads = [
-        threading.Thread(target=store.audit, args=(conn, signed.id, "refused", f"U{n}"))
+        threading.Thread(target=store.audit.append, args=(conn, signed.id, "refused", f"U{n}"))
         for n in range(20)
     ]
     for thread in threads:
@@ -188,7 +192,7 @@ def test_audit_export_writes_ndjson_since_a_time(signed, conn):
     lines = [json.loads(line) for line in exported.output.splitlines()]
     assert [e["event"] for e in lines] == ["paused", "approved"]
     assert all(e["approval_id"] == signed.id for e in lines)
-    assert lines[1]["prev"] == store.entry_hash(store.audit_lines(conn, signed.id)[0])
+    assert lines[1]["prev"] == store.audit.entry_hash(store.audit.audit_lines(conn, signed.id)[0])
     later = CliRunner().invoke(cli, ["audit", "export", "--since", str(time.time() + 60)])
     assert later.output == ""
 
@@ -200,17 +204,17 @@ def test_audit_ttl_expires_a_trail_once_its_approval_finished(env, conn):
     kept = Settings.from_env(env)
     limited = Settings.from_env({**env, "APPROVALS_AUDIT_TTL": "3600"})
     for approval_id in ("waiting1", "done1", "done2"):
-        store.create(conn, make_approval(id=approval_id), []).execute()
+        store.records.create(conn, make_approval(id=approval_id), []).execute()
 
     def finish(approval_id: str) -> None:
         review.decide(conn, limited, approval_id, DecisionKind.APPROVE, "UALICE")
-        store.transition(conn, approval_id, Status.RUNNING)
-        store.transition(conn, approval_id, Status.COMPLETED)
+        store.transitions.transition(conn, approval_id, Status.RUNNING)
+        store.transitions.transition(conn, approval_id, Status.COMPLETED)
 
     finish("done1")
     webhooks.drain(conn, limited)  # every worker drains the outbox; it applies the TTL
-    assert conn.ttl(store.audit_key("waiting1")) == -1
-    assert 3500 < conn.ttl(store.audit_key("done1")) <= 3600
+    assert conn.ttl(store.keys.audit_key("waiting1")) == -1
+    assert 3500 < conn.ttl(store.keys.audit_key("done1")) <= 3600
     finish("done2")
     webhooks.drain(conn, kept)
-    assert conn.ttl(store.audit_key("done2")) == -1
+    assert conn.ttl(store.keys.audit_key("done2")) == -1

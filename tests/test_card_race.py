@@ -24,7 +24,7 @@ def test_a_decision_made_before_the_card_was_recorded_shows_once_in_its_thread(
 ):
     prompt = script(calls(("delete_path", {"path": "early"})), say("done early"))
     pause_id = run_agent("scripted", prompt, tools=[delete_path]).pause_id
-    assert pause_id and store.load(conn, pause_id).card_ts is None  # no worker: not posted
+    assert pause_id and store.records.load(conn, pause_id).card_ts is None  # no worker: not posted
     bot = start_bot(env, tmp_path / "bot.log")
     try:
         status, _ = click(slack, bot_url(bot), "approve", pause_id)

@@ -104,7 +104,7 @@ def test_a_decision_is_printed_as_plain_text_in_local_time(env, conn, verb):
     reason = ("--reason", "keep it") if verb == "reject" else ()
     code, output = run({**env, "TZ": INDIA}, verb, pause_id, *reason)
     assert code == 0, output
-    decision = store.load(conn, pause_id).decision
+    decision = store.records.load(conn, pause_id).decision
     assert decision is not None
     when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(decision.at + 5.5 * 3600))
     done = {"approve": "approved", "reject": "rejected"}[verb]

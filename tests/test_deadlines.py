@@ -7,11 +7,12 @@ import time
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from approvals import queue, store
+from approvals import store
 from approvals.config import Settings
 from approvals.decisions import deadlines
 from approvals.decisions.review import decide
 from approvals.models import DecisionKind, Status
+from approvals.store import queue
 from tests.factories import make_approval
 
 
@@ -24,19 +25,19 @@ def test_nothing_fires_before_its_deadline(env, conn):
     """A deadline one second ahead is not taken; at its time it becomes a job, once."""
     settings = Settings.from_env()
     now = time.time()
-    store.add_deadline(conn, queue.EXPIRE_DEADLINE, "a1", now + 1)
+    store.deadlines.add_deadline(conn, queue.EXPIRE_DEADLINE, "a1", now + 1)
 
     assert deadlines.sweep(conn, settings, now=now + 0.99) == 0
     assert _jobs(conn, settings) == []
     assert deadlines.sweep(conn, settings, now=now + 1) == 1
     assert _jobs(conn, settings) == [(queue.EXPIRE, ["a1"])]
     assert deadlines.sweep(conn, settings, now=now + 2) == 0
-    assert conn.zcard(store.DEADLINES_KEY) == 0
+    assert conn.zcard(store.keys.DEADLINES_KEY) == 0
 
 
 def test_a_warning_becomes_its_own_job(env, conn):
     settings = Settings.from_env()
-    store.add_deadline(conn, queue.WARN_DEADLINE, "a1", time.time() - 1)
+    store.deadlines.add_deadline(conn, queue.WARN_DEADLINE, "a1", time.time() - 1)
     deadlines.sweep(conn, settings)
     assert _jobs(conn, settings) == [(queue.WARN, ["a1"])]
 
@@ -45,21 +46,25 @@ def test_a_taken_deadline_is_held_from_other_sweepers_then_due_again(env, conn):
     """A sweeper that dies after taking a deadline does not lose it: after the hold it is
     due again (two jobs at worst, never none; the jobs ignore a decided approval)."""
     now = time.time()
-    store.add_deadline(conn, queue.EXPIRE_DEADLINE, "a1", now - 1)
+    store.deadlines.add_deadline(conn, queue.EXPIRE_DEADLINE, "a1", now - 1)
 
-    assert store.take_due_deadlines(conn, now, deadlines.HOLD_SECONDS) == [("expire", "a1")]
-    assert store.take_due_deadlines(conn, now + 1, deadlines.HOLD_SECONDS) == []
+    assert store.deadlines.take_due_deadlines(conn, now, deadlines.HOLD_SECONDS) == [
+        ("expire", "a1")
+    ]
+    assert store.deadlines.take_due_deadlines(conn, now + 1, deadlines.HOLD_SECONDS) == []
     later = now + deadlines.HOLD_SECONDS
-    assert store.take_due_deadlines(conn, later, deadlines.HOLD_SECONDS) == [("expire", "a1")]
+    assert store.deadlines.take_due_deadlines(conn, later, deadlines.HOLD_SECONDS) == [
+        ("expire", "a1")
+    ]
 
 
 def test_an_unknown_kind_in_redis_enqueues_nothing(env, conn):
     """Redis is a trust boundary: only expiry and warning jobs can come out of a deadline."""
     settings = Settings.from_env()
-    conn.zadd(store.DEADLINES_KEY, {"os.system:rm -rf /": time.time() - 1})
+    conn.zadd(store.keys.DEADLINES_KEY, {"os.system:rm -rf /": time.time() - 1})
     assert deadlines.sweep(conn, settings) == 1
     assert _jobs(conn, settings) == []
-    assert conn.zcard(store.DEADLINES_KEY) == 0
+    assert conn.zcard(store.keys.DEADLINES_KEY) == 0
 
 
 def test_a_pause_writes_its_deadlines_and_a_decision_removes_them(env, conn):
@@ -67,10 +72,10 @@ def test_a_pause_writes_its_deadlines_and_a_decision_removes_them(env, conn):
     decision that leaves pending takes them away, so nothing fires for a decided approval."""
     settings = Settings.from_env()
     approval = make_approval(created_at=1000.0, expires_at=2000.0)
-    pipe = store.create(conn, approval, [])
+    pipe = store.records.create(conn, approval, [])
     queue.schedule_expiry(conn, settings, approval.id, 1000.0, 2000.0, pipeline=pipe)
     pipe.execute()
-    scores = dict(conn.zrange(store.DEADLINES_KEY, 0, -1, withscores=True))
+    scores = dict(conn.zrange(store.keys.DEADLINES_KEY, 0, -1, withscores=True))
     assert scores == {
         f"expire:{approval.id}".encode(): 2000.0,
         f"warn:{approval.id}".encode(): 1900.0,
@@ -79,4 +84,4 @@ def test_a_pause_writes_its_deadlines_and_a_decision_removes_them(env, conn):
     decided = decide(conn, settings, approval.id, DecisionKind.APPROVE, "UALICE")
 
     assert decided.status is Status.APPROVED
-    assert conn.zcard(store.DEADLINES_KEY) == 0
+    assert conn.zcard(store.keys.DEADLINES_KEY) == 0

@@ -47,7 +47,9 @@ def test_reject_with_reason_tells_the_model_and_never_runs_the_tool(services, sl
     assert status == 200
     modal = slack.wait_for(lambda: slack.views())[0]["view"]
     assert modal["private_metadata"] == pause_id
-    assert store.load(conn, pause_id).status is Status.PENDING  # opening the modal decides nothing
+    assert (
+        store.records.load(conn, pause_id).status is Status.PENDING
+    )  # opening the modal decides nothing
 
     status, _ = submit_reject(services.bot_url, pause_id, "wrong folder, use dist")
     assert status == 200
@@ -92,8 +94,8 @@ def test_invalid_edit_is_shown_in_the_modal_and_changes_nothing(services, slack,
     pause_id = _pause()
     card_of(slack, pause_id)
     # The worker records the card's ts just after Slack answered its post.
-    wait_until(lambda: store.load(conn, pause_id).card_ts, 10, "the card's ts recorded")
-    before = conn.hgetall(store.approval_key(pause_id))
+    wait_until(lambda: store.records.load(conn, pause_id).card_ts, 10, "the card's ts recorded")
+    before = conn.hgetall(store.keys.approval_key(pause_id))
     status, body = submit_edit(
         services.bot_url, pause_id, {"path": "x", "recursive": select('"maybe"')}
     )
@@ -105,7 +107,7 @@ def test_invalid_edit_is_shown_in_the_modal_and_changes_nothing(services, slack,
         services.bot_url, pause_id, {"path": "x", "recursive": select("{not json")}
     )
     assert "Not valid JSON" in json.loads(body)["errors"]["arg-recursive"]
-    assert conn.hgetall(store.approval_key(pause_id)) == before
+    assert conn.hgetall(store.keys.approval_key(pause_id)) == before
     assert tool_runs(env, "delete_path") == []
 
 
@@ -119,19 +121,25 @@ def test_an_edit_json_cannot_hold_exactly_is_shown_in_the_modal_and_changes_noth
     card_of(slack, pause_id)
     # The worker records the card's ts, then its audit entry: wait for both.
     wait_until(lambda: _events(conn, pause_id)[-1:] == ["card_posted"], 10, "the card recorded")
-    before = conn.hgetall(store.approval_key(pause_id)), store.audit_lines(conn, pause_id)
+    before = (
+        conn.hgetall(store.keys.approval_key(pause_id)),
+        store.audit.audit_lines(conn, pause_id),
+    )
     number = {"type": "number_input", "value": "18446744073709551616"}
     status, body = submit_edit(services.bot_url, pause_id, {"amount": number})
     assert status == 200
     error = json.loads(body)["errors"]["arg-amount"]
     assert error.startswith("arguments.amount: 18446744073709551616 is beyond"), error
     assert "as strings" in error
-    assert (conn.hgetall(store.approval_key(pause_id)), store.audit_lines(conn, pause_id)) == before
+    assert (
+        conn.hgetall(store.keys.approval_key(pause_id)),
+        store.audit.audit_lines(conn, pause_id),
+    ) == before
     assert tool_runs(env, "charge_card") == []
 
 
 def _events(conn, approval_id: str) -> list[str]:
-    return [e["event"] for e in store.audit_trail(conn, approval_id)]
+    return [e["event"] for e in store.audit.audit_trail(conn, approval_id)]
 
 
 def test_simultaneous_clicks_have_one_winner(services, slack, env, conn):
@@ -160,7 +168,7 @@ def test_simultaneous_clicks_have_one_winner(services, slack, env, conn):
     assert all(f"<@{winner}>" in r["text"] and r["response_type"] == "ephemeral" for r in refusals)
     assert len(tool_runs(env, "delete_path")) == 1
     assert len(model_calls(env)) == 2
-    trail = store.audit_trail(conn, pause_id)
+    trail = store.audit.audit_trail(conn, pause_id)
     assert [e["event"] for e in trail].count("approved") == 1
     assert [e["event"] for e in trail].count("resume_started") == 1
 
@@ -173,10 +181,10 @@ def test_a_non_approver_is_refused_and_recorded(services, slack, env, conn):
     click(slack, services.bot_url, "approve", pause_id, "UINTRUDER", card.ts)
     refusal = slack.wait_for(lambda: slack.responses())
     assert "not one of the approvers" in refusal[0]["text"]
-    assert store.load(conn, pause_id).status is Status.PENDING
+    assert store.records.load(conn, pause_id).status is Status.PENDING
     assert any(
         e["event"] == "refused" and e["actor"] == "UINTRUDER"
-        for e in store.audit_trail(conn, pause_id)
+        for e in store.audit.audit_trail(conn, pause_id)
     )
     click(slack, services.bot_url, "edit", pause_id, "UINTRUDER", card.ts)
     slack.wait_for(lambda: len(slack.responses()) == 2)
@@ -218,13 +226,13 @@ def test_a_resumed_agent_that_pauses_again_posts_the_next_card_in_the_thread(
     )
     first = _pause(prompt)
     card = card_of(slack, first)
-    first_id, second = store.load(conn, first).turn
-    assert first_id == first and store.load(conn, second).arguments == {"path": "b"}
+    first_id, second = store.records.load(conn, first).turn
+    assert first_id == first and store.records.load(conn, second).arguments == {"path": "b"}
     click(slack, services.bot_url, "approve", first, card_ts=card.ts)
     wait_status(conn, first, Status.APPROVED)
     click(slack, services.bot_url, "approve", second, card_ts=card.ts)
     third = wait_status(conn, first, Status.PAUSED).result.next_approval_id
-    assert store.load(conn, third).tool_name == "send_email"
+    assert store.records.load(conn, third).tool_name == "send_email"
     assert card_of(slack, third).thread_ts == card.ts
     click(slack, services.bot_url, "approve", third)
     done = wait_status(conn, third, Status.COMPLETED)
@@ -255,5 +263,5 @@ def test_a_resume_that_cannot_find_its_model_fails_visibly_and_keeps_the_record(
     failed = wait_status(conn, outcome.pause_id, Status.FAILED)
     assert "unknown model 'only-in-the-test-process'" in failed.result.error
     assert "unknown model" in block_text(reply_containing(slack, card.ts, "failed"))
-    assert store.load_history(conn, outcome.pause_id)  # the history is still there
+    assert store.records.load_history(conn, outcome.pause_id)  # the history is still there
     assert tool_runs(env, "delete_path") == []

@@ -19,12 +19,13 @@ import redis
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from approvals import queue, store
+from approvals import store
 from approvals.cli.main import cli
 from approvals.config import Settings, safe_url
 from approvals.decisions import deadlines
 from approvals.ops import archive, doctor, retention
 from approvals.ops.doctor import Level
+from approvals.store import queue
 from tests.archives import archive_url, downgrade, newer_migrations, postgres_server  # noqa: F401
 from tests.conftest import BOT_TOKEN
 from tests.processes import (
@@ -277,12 +278,14 @@ def test_deadlines_are_counted_and_long_overdue_ones_warn(env, conn):
     """Deadlines ahead are counted; one overdue by more than a minute means no worker sweeps."""
     settings = Settings.from_env()
     now = time.time()
-    store.add_deadline(conn, queue.EXPIRE_DEADLINE, "a1", now + 3600)
-    store.add_deadline(conn, queue.WARN_DEADLINE, "a1", now + 3000)
+    store.deadlines.add_deadline(conn, queue.EXPIRE_DEADLINE, "a1", now + 3600)
+    store.deadlines.add_deadline(conn, queue.WARN_DEADLINE, "a1", now + 3000)
     ahead = doctor.check_queue(conn, settings)
     assert ahead.level is Level.OK and "2 deadlines ahead" in ahead.message
 
-    store.add_deadline(conn, queue.EXPIRE_DEADLINE, "a2", now - 2 * deadlines.OVERDUE_SECONDS)
+    store.deadlines.add_deadline(
+        conn, queue.EXPIRE_DEADLINE, "a2", now - 2 * deadlines.OVERDUE_SECONDS
+    )
     late = doctor.check_queue(conn, settings)
     assert late.level is Level.WARN
     assert "1 deadlines are more than 60 s overdue" in late.message
@@ -545,9 +548,9 @@ def test_models_of_pending_approvals_are_found_and_counted(env, conn):
 def test_a_model_missing_here_or_without_conversations_fails(env, conn):
     from tests.factories import make_approval
 
-    store.create(conn, make_approval(id="m1", model_id="gpt-nowhere"), []).execute()
-    store.create(conn, make_approval(id="m2", model_id="gpt-nowhere"), []).execute()
-    store.create(conn, make_approval(id="m3", model_id="forgetful"), []).execute()
+    store.records.create(conn, make_approval(id="m1", model_id="gpt-nowhere"), []).execute()
+    store.records.create(conn, make_approval(id="m2", model_id="gpt-nowhere"), []).execute()
+    store.records.create(conn, make_approval(id="m3", model_id="forgetful"), []).execute()
     check = doctor.check_models(conn, Settings.from_env())
     assert check.level is Level.FAIL
     assert "model 'gpt-nowhere' (2 waiting) is not installed here" in check.message
@@ -590,7 +593,7 @@ def test_run_agent_refuses_a_model_without_conversations_before_the_run(env, con
     prompt = script(calls(("delete_path", {"path": "a"})))
     with pytest.raises(GateError, match="forgetful does not support conversations"):
         run_agent("forgetful", prompt, tools=[delete_path])
-    assert model_calls(env) == [] and store.pending(conn) == []
+    assert model_calls(env) == [] and store.pending.pending(conn) == []
 
 
 # ---------------------------------------------------------------------------------- memory
@@ -642,7 +645,7 @@ def test_retention_counts_what_the_sweep_will_free(env, conn):
         pause(conn, approval_id)
         finish(conn, approval_id)
     month_ago = time.time() - 31 * 24 * 3600
-    for key in (store.FINISHED_KEY, store.FINISHED_HISTORY_KEY):
+    for key in (store.keys.FINISHED_KEY, store.keys.FINISHED_HISTORY_KEY):
         conn.zadd(key, {"r1": month_ago})
 
     check = doctor.check_retention(conn, settings)

@@ -68,9 +68,9 @@ def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
         cards = {pause_id: card_of(slack, pause_id).ts for pause_id in [*ids, expiring]}
         # A card counts as posted once its ts is in Redis (the worker writes it just after
         # Slack answers): wait for that, then pull the plug.
-        before = store.connect(store_settings(url))
+        before = store.connection.connect(store_settings(url))
         wait_until(
-            lambda: all(store.card_posted(before, pause_id) for pause_id in cards),
+            lambda: all(store.records.card_posted(before, pause_id) for pause_id in cards),
             20,
             "every card's ts saved",
         )
@@ -82,12 +82,12 @@ def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
         for process in processes:
             process.stop(signal.SIGKILL)
         server, _ = start_redis(binary, data, AOF, port=int(port))
-        conn = store.connect(store_settings(url))
-        assert store.pending_count(conn) == 21
+        conn = store.connection.connect(store_settings(url))
+        assert store.pending.pending_count(conn) == 21
         for pause_id, ts in cards.items():
-            approval = store.load(conn, pause_id)
+            approval = store.records.load(conn, pause_id)
             assert approval.status is Status.PENDING and approval.card_ts == ts
-            assert store.load_history(conn, pause_id)
+            assert store.records.load_history(conn, pause_id)
 
         bot = start_bot(env, tmp_path / "bot2.log")
         workers = [start_worker(env, tmp_path / "worker2.log", f"d2-{time.time_ns()}")]
@@ -109,7 +109,7 @@ def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
         )
         assert expired.decision.kind is DecisionKind.EXPIRE
         assert expired.decision.at - expired.expires_at < 120
-        wait_until(lambda: store.pending_count(conn) == 19, 30, "the rest to stay pending")
+        wait_until(lambda: store.pending.pending_count(conn) == 19, 30, "the rest to stay pending")
         # The expired run resumes (the model is told) and ends: let its messages land first.
         wait_status(conn, expiring, Status.COMPLETED)
         reply_containing(slack, cards[expiring], "Final answer")

@@ -36,7 +36,7 @@ def _pause(tool: str, arguments: dict | None = None) -> str:
 def test_expiry_fires_on_time_after_bot_and_worker_restart(services, slack, env, conn, tmp_path):
     """The expiry lives in Redis: with every process restarted, it still fires and resumes."""
     pause_id = _pause("purge_cache", {"region": "eu"})
-    approval = store.load(conn, pause_id)
+    approval = store.records.load(conn, pause_id)
     assert approval.expires_at == pytest.approx(approval.created_at + 15, abs=0.01)
     card = card_of(slack, pause_id)
     assert "Expires" in block_text(card)
@@ -77,11 +77,11 @@ def test_a_warning_is_posted_in_the_thread_before_expiry(services, slack, env, c
     pause_id = _pause("rotate_key")
     card = card_of(slack, pause_id)
     warning = reply_containing(slack, card.ts, "Nobody has decided yet")
-    approval = store.load(conn, pause_id)
+    approval = store.records.load(conn, pause_id)
     assert approval.status is Status.PENDING  # warned before, not at, the deadline
     assert f"<!date^{int(approval.expires_at)}^" in block_text(warning)
     wait_status(conn, pause_id, Status.COMPLETED, timeout=20)
-    events = [e["event"] for e in store.audit_trail(conn, pause_id)]
+    events = [e["event"] for e in store.audit.audit_trail(conn, pause_id)]
     assert events.count("expiry_warned") == 1
     assert events.index("expiry_warned") < events.index("expired")
 
@@ -92,13 +92,13 @@ def test_a_decision_before_the_deadline_wins_over_expiry(services, slack, env, c
     card = card_of(slack, pause_id)
     click(slack, services.bot_url, "approve", pause_id, card_ts=card.ts)
     wait_status(conn, pause_id, Status.COMPLETED)
-    deadline = store.load(conn, pause_id).expires_at
+    deadline = store.records.load(conn, pause_id).expires_at
     from tests.processes import wait_until
 
     wait_until(lambda: time.time() > deadline + 2, 10, "the deadline to pass")
-    assert store.load(conn, pause_id).status is Status.COMPLETED
+    assert store.records.load(conn, pause_id).status is Status.COMPLETED
     assert len(tool_runs(env, "rotate_key")) == 1
-    assert not [e for e in store.audit_trail(conn, pause_id) if e["event"] == "expired"]
+    assert not [e for e in store.audit.audit_trail(conn, pause_id) if e["event"] == "expired"]
 
 
 def test_expiry_with_on_reject_stop_ends_the_run(services, slack, env, conn):

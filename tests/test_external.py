@@ -10,7 +10,7 @@ import pytest
 import redis
 import redis.asyncio as redis_async
 
-from approvals import queue, store
+from approvals import store
 from approvals.calls import external
 from approvals.calls.external import ExternalRequest
 from approvals.config import Settings
@@ -18,6 +18,7 @@ from approvals.decisions import recovery
 from approvals.decisions.review import decide
 from approvals.errors import InvalidArguments, NotAllowed
 from approvals.models import DecisionKind, Status
+from approvals.store import queue
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
@@ -39,7 +40,7 @@ def test_a_decision_wakes_the_caller_and_queues_no_resume(
     async def wait(block: float) -> bool:
         client = redis_async.Redis.from_url(env["REDIS_URL"])
         try:
-            return await store.wait_answer(client, approval_id, block)
+            return await store.callers.wait_answer(client, approval_id, block)
         finally:
             await client.aclose()
 
@@ -47,7 +48,7 @@ def test_a_decision_wakes_the_caller_and_queues_no_resume(
     decided = decide(conn, settings, approval_id, DecisionKind.EDIT, "UBOB", arguments={"n": 5})
     assert decided.status is Status.EDITED and asyncio.run(wait(5)) is True
     assert not queue.resume_queued(conn, approval_id)
-    answer = external.answer(store.load(conn, approval_id))
+    answer = external.answer(store.records.load(conn, approval_id))
     assert answer["decision"]["arguments"] == {"n": 5} and answer["receipt"] is None
 
 
@@ -116,6 +117,6 @@ def test_recovery_never_queues_a_resume_for_one(env: dict[str, str], conn: redis
     settings = Settings.from_env()
     approval_id = _ask(conn)
     decide(conn, settings, approval_id, DecisionKind.APPROVE, "UBOB")
-    conn.zadd(store.DECIDED_KEY, {approval_id: time.time() - recovery.STRANDED_AFTER - 1})
+    conn.zadd(store.keys.DECIDED_KEY, {approval_id: time.time() - recovery.STRANDED_AFTER - 1})
     assert recovery.requeue_stranded(conn, settings) == []
     assert not queue.resume_queued(conn, approval_id)

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from approvals import queue, run_agent, store
+from approvals import run_agent, store
 from approvals.cli.main import cli
 from approvals.decisions.recovery import STRANDED_AFTER
 from approvals.errors import ApprovalsError
 from approvals.models import Decision, DecisionKind, Status, decision_to_dict
+from approvals.store import queue
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.conftest import CHANNEL
@@ -82,7 +83,7 @@ def test_a_worker_killed_inside_the_gated_tool_never_runs_it_twice(
     starts = tool_runs(env, "charge_card")
     assert len(starts) == 2  # the second run is the person's Retry
     assert {r["arguments"]["key"] for r in starts} == {pause_id}  # one idempotency key
-    events = [e["event"] for e in store.audit_trail(conn, pause_id)]
+    events = [e["event"] for e in store.audit.audit_trail(conn, pause_id)]
     assert events.count("interrupted") == 1 and events.count("retried") == 1
 
 
@@ -149,7 +150,7 @@ def test_the_cli_and_slack_deciding_at_once_have_one_winner(services, slack, env
             ),
         )
         done = wait_status(conn, pause_id, Status.COMPLETED)
-        decided = [e for e in store.audit_trail(conn, pause_id) if e["event"] == "approved"]
+        decided = [e for e in store.audit.audit_trail(conn, pause_id) if e["event"] == "approved"]
         assert len(decided) == 1
         assert done.decision.actor == decided[0]["actor"]
         assert cli_exit == (0 if done.decision.actor.startswith("cli:") else 1)
@@ -166,7 +167,7 @@ def test_a_click_racing_the_expiry_has_one_outcome(services, slack, env, conn):
     for _ in range(3):
         prompt = script(calls(("rotate_key", {"name": "k"})), say("done: {results}"))
         pause_id = run_agent("scripted", prompt, tools=[tools.rotate_key]).pause_id
-        deadline = store.load(conn, pause_id).expires_at
+        deadline = store.records.load(conn, pause_id).expires_at
         wait_until(lambda deadline=deadline: time.time() >= deadline, 10, "the deadline")
         decided, expired = at_once(
             lambda pause_id=pause_id: _try(
@@ -196,19 +197,22 @@ def test_a_decision_whose_decider_died_before_queuing_the_resume_still_resumes(
     enough (its audit entry, its resume), and the tool runs once."""
     pause_id = _pause("delete_path", {"path": "stranded"})
     card_of(slack, pause_id)
-    approval = store.load(conn, pause_id)
+    approval = store.records.load(conn, pause_id)
     decision = Decision(DecisionKind.APPROVE, "UALICE", time.time(), arguments=approval.arguments)
     encoded = json.dumps(decision_to_dict(decision))
-    assert store.vote(conn, pause_id, Status.APPROVED, "UALICE", 1, encoded).outcome == "decided"
+    assert (
+        store.transitions.vote(conn, pause_id, Status.APPROVED, "UALICE", 1, encoded).outcome
+        == "decided"
+    )
     assert not queue.resume_queued(conn, pause_id)
     # Time passes: the decision is now older than a live decider would ever take.
     long_ago = time.time() - STRANDED_AFTER - 1
-    conn.zadd(store.DECIDED_KEY, {pause_id: long_ago}, xx=True)
-    conn.zadd(store.OWED_KEY, {pause_id: long_ago}, xx=True)
+    conn.zadd(store.keys.DECIDED_KEY, {pause_id: long_ago}, xx=True)
+    conn.zadd(store.keys.OWED_KEY, {pause_id: long_ago}, xx=True)
 
     wait_status(conn, pause_id, Status.COMPLETED, timeout=30)
     assert [r["arguments"]["path"] for r in tool_runs(env, "delete_path")] == ["stranded"]
-    trail = store.audit_trail(conn, pause_id)
+    trail = store.audit.audit_trail(conn, pause_id)
     [approved] = [e for e in trail if e["event"] == "approved"]
     assert (approved["actor"], approved["finished_by"]) == ("UALICE", "recovery")
     assert [e["event"] for e in trail].count("resume_started") == 1

@@ -403,5 +403,5 @@ def test_a_later_call_of_a_turn_that_is_not_i_json_gets_no_place_on_the_card(env
     outcome = run_agent("scripted", script(turn, say("{results}")), tools=[tools.charge_card])
 
     assert outcome.status == "paused" and outcome.pause_id is not None
-    assert store.load(conn, outcome.pause_id).turn == ()
-    assert conn.keys("approvals:approval:*") == [store.approval_key(outcome.pause_id).encode()]
+    assert store.records.load(conn, outcome.pause_id).turn == ()
+    assert conn.keys("approvals:approval:*") == [store.keys.approval_key(outcome.pause_id).encode()]

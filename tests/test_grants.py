@@ -16,11 +16,11 @@ from approvals.calls.agent import resume
 from approvals.cli.main import cli
 from approvals.config import Settings
 from approvals.decisions import grants
-from approvals.decisions.grants import Scope
 from approvals.errors import NotAllowed
 from approvals.models import DecidedBy, Policy, Status
+from approvals.models.grant import Scope
 from approvals.slack.cards import APPROVE_SCOPE_ACTION, REVOKE_GRANT_ACTION, build_buttons
-from approvals.store import Page
+from approvals.store.pending import Page
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, deploy, list_files, wipe_disk
 from tests.conftest import CHANNEL, wait_until
@@ -79,11 +79,13 @@ def test_an_hours_grant_lets_later_calls_run_at_once_until_it_expires(env, conn)
     assert outcome.status == "completed"
     runs = tool_runs(env, "delete_path")
     assert [(r["arguments"]["path"], r["pid"]) for r in runs] == [("/srv/b", os.getpid())]
-    (used,) = [a for a in store.recent_decisions(conn) if a.decision and a.decision.automatic]
+    (used,) = [
+        a for a in store.pending.recent_decisions(conn) if a.decision and a.decision.automatic
+    ]
     decision = used.decision
     assert decision is not None and decision.decided_by is DecidedBy.GRANT
     assert (decision.grant_id, decision.grant_creator) == (grant.id, "UALICE")
-    trail = store.audit_trail(conn, used.id)
+    trail = store.audit.audit_trail(conn, used.id)
     assert trail[-1]["grant"] == grant.id and trail[-1]["grant_creator"] == "UALICE"
     assert grants.list_grants(conn)[0].uses == 1
     assert _run(agent="other-agent").status == "paused"  # another agent is not covered
@@ -109,7 +111,7 @@ def test_a_run_grant_covers_the_tool_for_the_rest_of_that_run_only(env, conn):
     first = run_agent("scripted", prompt, tools=TOOLS, agent="janitor", requested_by="UREQ")
     assert first.pause_id is not None
     _grant(conn, first.pause_id, Scope.RUN)
-    resumed = resume(conn, Settings.from_env(), store.load(conn, first.pause_id))
+    resumed = resume(conn, Settings.from_env(), store.records.load(conn, first.pause_id))
     assert resumed.outcome.status == "completed"
     assert [r["arguments"]["path"] for r in tool_runs(env, "delete_path")] == ["/srv/1", "/srv/2"]
     assert _run().status == "paused"
@@ -135,9 +137,9 @@ def test_a_grant_is_refused_to_someone_who_may_not_decide(env, conn, monkeypatch
     pause_id = _paused()
     with pytest.raises(NotAllowed, match="not one of the approvers"):
         grants.approve_with_scope(conn, Settings.from_env(), pause_id, Scope.HOURS_24, "UBOB")
-    assert store.load(conn, pause_id).status is Status.PENDING
+    assert store.records.load(conn, pause_id).status is Status.PENDING
     assert grants.list_grants(conn) == []
-    assert store.audit_trail(conn, pause_id)[-1]["event"] == "refused"
+    assert store.audit.audit_trail(conn, pause_id)[-1]["event"] == "refused"
 
 
 @pytest.mark.parametrize(
@@ -152,7 +154,7 @@ def test_quorum_gates_and_grantable_false_never_allow_grants(env, conn, tool, ar
     pause_id = _paused(tool=tool, **args)
     with pytest.raises(NotAllowed, match=message):
         grants.approve_with_scope(conn, Settings.from_env(), pause_id, Scope.HOURS_1, "UALICE")
-    assert store.load(conn, pause_id).status is Status.PENDING
+    assert store.records.load(conn, pause_id).status is Status.PENDING
 
 
 def test_grants_cli_lists_and_revokes(env, conn):
@@ -194,7 +196,7 @@ def test_choosing_a_scope_on_the_card_approves_and_grants(services, slack, env, 
     assert [r["arguments"]["path"] for r in tool_runs(env, "delete_path")] == [
         "/srv/a", "/srv/next",
     ]  # fmt: skip
-    assert store.pending_count(conn) == 0
+    assert store.pending.pending_count(conn) == 0
     line = wait_until(
         lambda: [m for m in slack.messages(CHANNEL) if "approved by grant" in m.text], 20, "line"
     )

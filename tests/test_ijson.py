@@ -155,10 +155,10 @@ def test_accepted_arguments_are_signed_and_read_back_identically_and_others_chan
     canonical = rfc8785.dumps(arguments)  # never fails for what was let in
     review.decide(conn, deciding, approval.id, DecisionKind.APPROVE, "UALICE")
     external.report_result(conn, asking, approval.id, True, "synced")
-    token = store.load(conn, approval.id).receipt
+    token = store.records.load(conn, approval.id).receipt
     assert token is not None
     retention.sweep(conn, asking, now=time.time() + 31 * DAY)
-    assert not conn.exists(store.approval_key(approval.id))  # it is the archive's now
+    assert not conn.exists(store.keys.approval_key(approval.id))  # it is the archive's now
 
     found, _ = lookup.find_approval(conn, asking, approval.id)
 

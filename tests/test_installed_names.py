@@ -12,10 +12,11 @@ import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from approvals import queue, run_agent, store
+from approvals import run_agent, store
 from approvals.config import Settings
 from approvals.decisions.review import decide
 from approvals.models import DecisionKind, Status
+from approvals.store import queue
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.e2e import approve_on_card, card_of, tool_runs, wait_status
@@ -125,5 +126,5 @@ def test_a_resume_queued_under_the_old_job_path_still_runs(env, slack, conn, tmp
     finally:
         worker.stop()
     assert len(tool_runs(env, "delete_path")) == 1
-    assert store.load(conn, approval_id).status is Status.COMPLETED
+    assert store.records.load(conn, approval_id).status is Status.COMPLETED
     assert sys.modules.get("worker") is None

@@ -74,9 +74,9 @@ def test_receipt_verify_explains_and_says_why_it_fails(tmp_path: Path):
 def test_an_unreadable_signing_key_stops_the_cli_before_it_decides(env, conn, tmp_path: Path):
     """Fail closed and early: no decision is recorded that no receipt could back."""
     approval = make_approval()
-    store.create(conn, approval, []).execute()
+    store.records.create(conn, approval, []).execute()
     missing = {"APPROVALS_SIGNING_KEY": str(tmp_path / "nowhere.pem")}
     refused = _invoke("approve", approval.id, env=missing)
     assert refused.exit_code == 1
     assert "cannot read key" in refused.output
-    assert store.load(conn, approval.id).status is Status.PENDING
+    assert store.records.load(conn, approval.id).status is Status.PENDING

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from rq.job import Job
 
-from approvals import queue
 from approvals.config import Settings
 from approvals.errors import ConfigError
 from approvals.ops.logs import bind_approval, configure_logging, current_approval
+from approvals.store import queue
 from tests.conftest import BOT_TOKEN
 from tests.processes import start_worker, wait_for_workers, wait_until
 

@@ -9,7 +9,6 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from approvals import store
-from approvals.calls import outcomes
 from approvals.cli.main import cli
 from approvals.config import Settings
 from approvals.ops import archive, retention
@@ -28,17 +27,17 @@ def archived_run(conn, archive_url: str) -> Settings:  # noqa: F811
     settings = Settings.from_env()
     pause(conn, "old1", run_id="run-old")
     finish(conn, "old1")
-    store.audit(conn, "old1", "note", "UBOB")
-    outcomes.finish_run(conn, settings, store.load(conn, "old1"))
+    store.audit.append(conn, "old1", "note", "UBOB")
+    store.runs.finish_run(conn, settings, store.records.load(conn, "old1"))
     arch = Settings(redis_url=settings.redis_url, archive_url=archive_url)
     retention.sweep(conn, arch, now=time.time() + 31 * DAY)
-    assert not conn.exists(store.approval_key("old1"))
+    assert not conn.exists(store.keys.approval_key("old1"))
     return arch
 
 
 def test_show_and_result_find_an_approval_that_left_redis(env, conn, archive_url, monkeypatch):  # noqa: F811
     archived_run(conn, archive_url)
-    conn.delete(store.outcome_key("run-old"))  # expired, as after APPROVALS_RESULT_TTL
+    conn.delete(store.keys.outcome_key("run-old"))  # expired, as after APPROVALS_RESULT_TTL
     monkeypatch.setenv("APPROVALS_ARCHIVE_URL", archive_url)
 
     shown = run("show", "old1")

@@ -75,8 +75,8 @@ def test_a_sibling_result_is_kept_whole_in_the_history_and_in_short_on_the_recor
     prompt = script(calls(("read_file", {"path": path}), ("delete_path", {"path": "x"})), say("ok"))
     outcome = run_agent("scripted", prompt, tools=[read_file, delete_path])
 
-    approval = store.load(conn, outcome.pause_id)
+    approval = store.records.load(conn, outcome.pause_id)
     (sibling,) = approval.siblings
     assert sibling.output == f"contents of {path}"[: SIBLING_PREVIEW + 1]
-    history = json.dumps(store.load_history(conn, outcome.pause_id))
+    history = json.dumps(store.records.load_history(conn, outcome.pause_id))
     assert f"contents of {path}" in history

@@ -40,9 +40,9 @@ def test_decisions_resumes_waiting_and_retention_are_counted(env, conn):
     pause(conn, "m3")
     decide(conn, settings, "m1", DecisionKind.APPROVE, "UALICE")
     decide(conn, settings, "m2", DecisionKind.REJECT, "UALICE", reason="no")
-    assert store.transition(conn, "m1", Status.RUNNING).ok
-    assert store.mark_tool_started(conn, "m1")
-    assert store.transition(conn, "m1", Status.FAILED).ok
+    assert store.transitions.transition(conn, "m1", Status.RUNNING).ok
+    assert store.records.mark_tool_started(conn, "m1")
+    assert store.transitions.transition(conn, "m1", Status.FAILED).ok
     pause(conn, "m4")
     finish(conn, "m4")
     retention.sweep(conn, settings, now=time.time() + 31 * DAY)

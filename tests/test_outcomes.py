@@ -13,11 +13,12 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from approvals import GateError, queue, run_agent, store, wait
-from approvals.calls.outcomes import Outcome
+from approvals import GateError, run_agent, store, wait
 from approvals.cli.main import cli
 from approvals.decisions.recovery import STRANDED_AFTER
 from approvals.models import Status
+from approvals.models.outcome import Outcome
+from approvals.store import queue
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, drop_table, list_files, rotate_key, send_email
 from tests.conftest import wait_until
@@ -67,7 +68,7 @@ def test_follow_goes_through_two_pauses_to_one_final_outcome(services, slack, en
     thread, found = _waiting(paused.pause_id, timeout=60)
     approve_on_card(slack, services.bot_url, paused.pause_id)
     second = wait_status(conn, paused.pause_id, Status.PAUSED).result.next_approval_id
-    assert store.load(conn, second).run_id == paused.run_id
+    assert store.records.load(conn, second).run_id == paused.run_id
     assert thread.is_alive()  # the run paused again: not its end
     approve_on_card(slack, services.bot_url, second)
     thread.join(60)
@@ -86,7 +87,7 @@ def test_without_follow_wait_returns_at_the_next_pause(services, slack, env, con
     approve_on_card(slack, services.bot_url, paused.pause_id)
     thread.join(60)
     (outcome,) = found
-    second = store.load(conn, paused.pause_id).result.next_approval_id
+    second = store.records.load(conn, paused.pause_id).result.next_approval_id
     assert outcome.status == "paused" and outcome.pause_id == second
 
 
@@ -183,7 +184,7 @@ def test_run_agent_wait_true_returns_the_final_outcome(services, slack, env, con
 
     thread = threading.Thread(target=agent, daemon=True)
     thread.start()
-    pause_id = wait_until(lambda: store.pending(conn), 20, "the pause")[0].id
+    pause_id = wait_until(lambda: store.pending.pending(conn), 20, "the pause")[0].id
     approve_on_card(slack, services.bot_url, pause_id)
     thread.join(60)
     (outcome,) = found
@@ -202,7 +203,7 @@ def test_on_finish_is_called_once_with_the_final_outcome(services, slack, env, c
     (call,) = wait_until(lambda: _finish_calls(env), 30, "the on_finish call")
     assert call["status"] == "completed" and call["key"] == paused.run_id
     assert call["pid"] != os.getpid()
-    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
+    wait_until(lambda: store.runs.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
     assert len(_finish_calls(env)) == 1
 
 
@@ -215,7 +216,7 @@ def test_on_finish_that_raises_the_first_time_is_retried_and_succeeds_once(
     (call,) = wait_until(lambda: _finish_calls(env), 40, "the retried on_finish call")
     assert len(_finish_calls(env, "on_finish_failed")) == 1
     assert call["key"] == paused.run_id
-    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
+    wait_until(lambda: store.runs.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
     assert len(_finish_calls(env)) == 1
 
 
@@ -250,7 +251,7 @@ def test_the_outcome_is_kept_for_the_result_ttl(services, slack, env, conn, monk
     paused = _pause()
     approve_on_card(slack, services.bot_url, paused.pause_id)
     wait(paused.pause_id, timeout=60)
-    ttl = conn.ttl(store.outcome_key(paused.run_id))
+    ttl = conn.ttl(store.keys.outcome_key(paused.run_id))
     assert 4900 < ttl <= 5000
 
 
@@ -278,15 +279,15 @@ def test_on_finish_is_called_when_the_worker_died_before_queuing_it(services, sl
     ended = Outcome("completed", text="done", run_id=paused.run_id)
     outcome = json.dumps(ended.to_dict())
     path = "tests.agents.continuations:note_outcome"
-    assert store.save_outcome(conn, paused.run_id, outcome, path, 3600)
+    assert store.runs.save_outcome(conn, paused.run_id, outcome, path, 3600)
     assert not queue.finish_queued(conn, paused.run_id)
     # Time passes: the run ended longer ago than a live worker takes to queue the call.
-    conn.zadd(store.FINISHING_KEY, {paused.run_id: time.time() - STRANDED_AFTER - 1}, xx=True)
+    conn.zadd(store.keys.FINISHING_KEY, {paused.run_id: time.time() - STRANDED_AFTER - 1}, xx=True)
 
     (call,) = wait_until(lambda: _finish_calls(env), 30, "the on_finish call")
     assert call["status"] == "completed" and call["key"] == paused.run_id
-    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
-    assert conn.zscore(store.FINISHING_KEY, paused.run_id) is None
+    wait_until(lambda: store.runs.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
+    assert conn.zscore(store.keys.FINISHING_KEY, paused.run_id) is None
     assert len(_finish_calls(env)) == 1
 
 
@@ -311,7 +312,7 @@ def test_on_finish_completes_once_when_its_worker_is_killed_inside_it(
     (call,) = wait_until(lambda: _finish_calls(env), 90, "the retried on_finish call")
     assert call["status"] == "completed" and call["key"] == paused.run_id
     assert call["pid"] != started["pid"]
-    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
+    wait_until(lambda: store.runs.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
     assert [c["key"] for c in _finish_calls(env, "on_finish_started")] == [paused.run_id] * 2
     assert len(_finish_calls(env)) == 1
 
@@ -353,7 +354,7 @@ def test_on_finish_runs_once_when_the_worker_that_ran_the_run_is_killed_after_it
         return worker.get_state() == "suspended"
 
     wait_until(between_jobs, 30, "the worker between jobs")
-    stored, _ = store.load_outcome(conn, paused.run_id)
+    stored, _ = store.runs.load_outcome(conn, paused.run_id)
     assert stored["status"] == "completed" and "charged 42" in stored["text"]
     kill_worker(services, None)  # after the run, before its continuation
     assert _finish_calls(env) == []
@@ -362,7 +363,7 @@ def test_on_finish_runs_once_when_the_worker_that_ran_the_run_is_killed_after_it
     replace_worker(services, env, tmp_path / "worker2.log")
     (call,) = wait_until(lambda: _finish_calls(env), 60, "the on_finish call")
     assert call["status"] == "completed" and call["key"] == paused.run_id
-    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
+    wait_until(lambda: store.runs.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
     assert len(_finish_calls(env)) == 1
     assert len(tool_runs(env, "charge_card")) == 1  # and the run itself was not run again
 
@@ -383,23 +384,23 @@ def test_a_run_whose_worker_died_between_its_end_and_its_outcome_is_finished_onc
     settings = Settings.from_env()
     paused = _pause(on_finish="tests.agents.continuations:note_outcome")
     review.decide(conn, settings, paused.pause_id, DecisionKind.APPROVE, "UALICE")
-    assert store.transition(conn, paused.pause_id, Status.RUNNING, lease=15).ok
+    assert store.transitions.transition(conn, paused.pause_id, Status.RUNNING, lease=15).ok
     result = RunResult(
         Status.COMPLETED, text="Finished: deleted build", tool_output="deleted build",
         executed_arguments={"path": "build"},
     )  # fmt: skip
     fields = {"result": json.dumps(result_to_dict(result))}
-    assert store.transition(conn, paused.pause_id, Status.COMPLETED, fields).ok
-    assert store.load_outcome(conn, paused.run_id) == (None, None)
+    assert store.transitions.transition(conn, paused.pause_id, Status.COMPLETED, fields).ok
+    assert store.runs.load_outcome(conn, paused.run_id) == (None, None)
     # Time passes: the end is older than a live worker takes to store the outcome, and no
     # worker has looked at it yet.
     ended = time.time() - STRANDED_AFTER - 1
-    conn.zadd(store.FINISHED_KEY, {paused.pause_id: ended}, xx=True)
-    conn.delete(store.ENDS_CHECKED_KEY)
+    conn.zadd(store.keys.FINISHED_KEY, {paused.pause_id: ended}, xx=True)
+    conn.delete(store.keys.ENDS_CHECKED_KEY)
 
     assert recovery.store_missing_outcomes(conn, settings) == [paused.run_id]
     assert recovery.store_missing_outcomes(conn, settings) == []
-    stored, path = store.load_outcome(conn, paused.run_id)
+    stored, path = store.runs.load_outcome(conn, paused.run_id)
     assert stored["status"] == "completed" and stored["text"] == "Finished: deleted build"
     assert path == "tests.agents.continuations:note_outcome"
     assert wait(paused.pause_id, timeout=5).status == "completed"
@@ -407,7 +408,7 @@ def test_a_run_whose_worker_died_between_its_end_and_its_outcome_is_finished_onc
     replace_worker(services, env, tmp_path / "worker2.log")
     (call,) = wait_until(lambda: _finish_calls(env), 30, "the on_finish call")
     assert call["status"] == "completed" and call["key"] == paused.run_id
-    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
+    wait_until(lambda: store.runs.outcome_flag_set(conn, paused.run_id), 10, "the call noted")
     assert len(_finish_calls(env)) == 1
     assert tool_runs(env, "delete_path") == []  # nothing of the run itself ran again
 
@@ -420,10 +421,10 @@ def test_the_outcome_sweep_stores_nothing_for_a_run_that_goes_on(services, slack
     paused = _pause(TWO_PAUSES, on_finish="tests.agents.continuations:note_outcome")
     approve_on_card(slack, services.bot_url, paused.pause_id)
     wait_status(conn, paused.pause_id, Status.PAUSED)
-    conn.zadd(store.FINISHED_KEY, {paused.pause_id: time.time() - STRANDED_AFTER - 1}, xx=True)
-    conn.delete(store.ENDS_CHECKED_KEY)
+    conn.zadd(store.keys.FINISHED_KEY, {paused.pause_id: time.time() - STRANDED_AFTER - 1}, xx=True)
+    conn.delete(store.keys.ENDS_CHECKED_KEY)
     assert recovery.store_missing_outcomes(conn, Settings.from_env()) == []
-    assert store.load_outcome(conn, paused.run_id) == (None, None)
+    assert store.runs.load_outcome(conn, paused.run_id) == (None, None)
     assert wait(paused.pause_id, timeout=0.1).status == "paused"
 
 
@@ -456,10 +457,10 @@ def test_the_outcome_sweep_never_stores_again_an_outcome_that_expired(
     monkeypatch.setenv("APPROVALS_RESULT_TTL", "20")
     paused = _pause(on_finish="tests.agents.continuations:note_outcome")
     approve_on_card(slack, services.bot_url, paused.pause_id)
-    wait_until(lambda: store.outcome_flag_set(conn, paused.run_id), 30, "the on_finish call")
-    conn.delete(store.outcome_key(paused.run_id))  # expired
-    conn.zadd(store.FINISHED_KEY, {paused.pause_id: time.time() - STRANDED_AFTER - 1}, xx=True)
-    conn.delete(store.ENDS_CHECKED_KEY)
+    wait_until(lambda: store.runs.outcome_flag_set(conn, paused.run_id), 30, "the on_finish call")
+    conn.delete(store.keys.outcome_key(paused.run_id))  # expired
+    conn.zadd(store.keys.FINISHED_KEY, {paused.pause_id: time.time() - STRANDED_AFTER - 1}, xx=True)
+    conn.delete(store.keys.ENDS_CHECKED_KEY)
     assert recovery.store_missing_outcomes(conn, Settings.from_env()) == []
-    assert store.load_outcome(conn, paused.run_id) == (None, None)
+    assert store.runs.load_outcome(conn, paused.run_id) == (None, None)
     assert len(_finish_calls(env)) == 1

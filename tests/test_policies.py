@@ -56,7 +56,7 @@ def test_a_quorum_of_two_needs_two_different_approvers(services, slack, env, con
     click(slack, services.bot_url, "approve", pause_id, "UALICE", card.ts)
     counted = card_showing(slack, card.ts, "1 of 2")
     assert action_blocks(counted)  # still waiting, buttons stay
-    assert store.load(conn, pause_id).status is Status.PENDING
+    assert store.records.load(conn, pause_id).status is Status.PENDING
     click(slack, services.bot_url, "approve", pause_id, "UALICE", card.ts)
     again = slack.wait_for(
         lambda: [r for r in slack.responses() if "already approved" in r["text"]]
@@ -92,8 +92,8 @@ def test_the_requester_cannot_approve_their_own_request(services, slack, env, co
     click(slack, services.bot_url, "approve", pause_id, "UREQ", card.ts)
     refusal = slack.wait_for(lambda: slack.responses())[0]
     assert "someone else has to decide" in refusal["text"]
-    assert store.load(conn, pause_id).status is Status.PENDING
-    trail = store.audit_trail(conn, pause_id)
+    assert store.records.load(conn, pause_id).status is Status.PENDING
+    trail = store.audit.audit_trail(conn, pause_id)
     assert any(e["event"] == "refused" and e["actor"] == "UREQ" for e in trail)
     click(slack, services.bot_url, "approve", pause_id, "UOTHER", card.ts)
     wait_status(conn, pause_id, Status.COMPLETED)
@@ -119,7 +119,7 @@ def test_a_required_reason_is_asked_for_inline(services, slack, env, conn):
     card_of(slack, pause_id)
     status, body = submit_reject(services.bot_url, pause_id, None)
     assert status == 200 and json.loads(body)["response_action"] == "errors"
-    assert store.load(conn, pause_id).status is Status.PENDING
+    assert store.records.load(conn, pause_id).status is Status.PENDING
     submit_reject(services.bot_url, pause_id, "keep it")
     rejected = wait_status(conn, pause_id, Status.COMPLETED)
     assert rejected.decision.reason == "keep it"
@@ -168,7 +168,7 @@ def test_on_reject_stop_ends_the_run_without_resuming(services, slack, env, conn
     submit_reject(services.bot_url, pause_id, "never")
     stopped = wait_status(conn, pause_id, Status.REJECTED)
     assert "stopped" in block_text(card_showing(slack, card.ts, "stopped"))
-    assert any(e["event"] == "run_stopped" for e in store.audit_trail(conn, pause_id))
+    assert any(e["event"] == "run_stopped" for e in store.audit.audit_trail(conn, pause_id))
     assert stopped.result is None
     assert len(model_calls(env)) == 1  # only the call that paused
     assert tool_runs(env, "drop_table") == []

@@ -18,7 +18,7 @@ from approvals.config import Settings
 from approvals.decisions import policy, recovery
 from approvals.errors import ConfigError
 from approvals.models import DecidedBy, DecisionKind, Status
-from approvals.store import Page
+from approvals.store.pending import Page
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, deploy, list_files
 from tests.conftest import CHANNEL
@@ -142,7 +142,7 @@ def _run(prompt: str, agent: str = "janitor"):
 
 
 def _auto(conn, tool: str):
-    decided = [a for a in store.recent_decisions(conn, 50) if a.tool_name == tool]
+    decided = [a for a in store.pending.recent_decisions(conn, 50) if a.tool_name == tool]
     assert len(decided) == 1
     return decided[0]
 
@@ -154,25 +154,25 @@ def test_a_rule_approves_where_the_call_would_pause(policy_env, conn):
     assert outcome.status == "completed"
     runs = tool_runs(policy_env, "delete_path")
     assert [(r["arguments"]["path"], r["pid"]) for r in runs] == [("/tmp/cache", os.getpid())]
-    assert store.pending_count(conn) == 0
+    assert store.pending.pending_count(conn) == 0
     approval = _auto(conn, "delete_path")
     assert approval.status is Status.APPROVED and approval.rule_id == "tmp-is-fine"
     decision = approval.decision
     assert decision is not None and decision.kind is DecisionKind.APPROVE
     assert (decision.decided_by, decision.rule_id) == (DecidedBy.RULE, "tmp-is-fine")
-    trail = store.audit_trail(conn, approval.id)
+    trail = store.audit.audit_trail(conn, approval.id)
     assert [e["event"] for e in trail] == ["paused", "rule_shadow", "approved"]
     assert trail[1]["rule"] == "shadow-all-deletes" and trail[1]["would"] == "reject"
     assert trail[2]["rule"] == "tmp-is-fine" and trail[2]["actor"] == "rule:tmp-is-fine"
-    assert not conn.zrange(store.DEADLINES_KEY, 0, -1)  # nothing left to expire
+    assert not conn.zrange(store.keys.DEADLINES_KEY, 0, -1)  # nothing left to expire
     # Its trail is chained like any other, its state changes reach the webhooks' outbox, and
     # retention knows it is finished (nothing follows a rule's decision here).
     from approvals.proof import audit
 
     check = audit.check_trail(conn, approval.id, {"keys": []})
     assert check.ok and check.entries == 3, check.problems
-    assert conn.llen(store.EVENTS_KEY) >= 2  # paused, approved
-    assert conn.zscore(store.FINISHED_KEY, approval.id) is not None
+    assert conn.llen(store.keys.EVENTS_KEY) >= 2  # paused, approved
+    assert conn.zscore(store.keys.FINISHED_KEY, approval.id) is not None
 
 
 def test_a_rule_rejects_and_the_model_reads_its_reason(policy_env, conn):
@@ -193,13 +193,13 @@ def test_a_require_rule_sets_who_decides_where_and_how_long(policy_env, conn):
     prompt = script(calls(("deploy", {"service": "billing"})), say("done"))
     outcome = _run(prompt, agent="ops-bot")
     assert outcome.status == "paused" and outcome.pause_id is not None
-    approval = store.load(conn, outcome.pause_id)
+    approval = store.records.load(conn, outcome.pause_id)
     assert approval.status is Status.PENDING and approval.rule_id == "prod-needs-two"
     assert approval.policy.approvers == ("UALICE", "UBOB")
     assert approval.policy.approvals_required == 2
     assert approval.channel == "C0PROD"
     assert approval.expires_at - approval.created_at == pytest.approx(120)
-    events = [e["event"] for e in store.audit_trail(conn, approval.id)]
+    events = [e["event"] for e in store.audit.audit_trail(conn, approval.id)]
     assert events == ["paused", "rule_required"]
     from approvals.proof import audit
 
@@ -215,7 +215,7 @@ def test_a_broken_expression_fails_closed_to_a_person(policy_env, conn, caplog):
     assert outcome.status == "paused" and outcome.pause_id is not None
     assert tool_runs(policy_env, "delete_path") == []
     assert "broken: KeyError" in caplog.text
-    trail = store.audit_trail(conn, outcome.pause_id)
+    trail = store.audit.audit_trail(conn, outcome.pause_id)
     assert [e["event"] for e in trail] == ["paused", "rule_shadow", "rule_failed"]
     assert trail[2]["error"].startswith("broken: ")
 
@@ -230,7 +230,7 @@ def test_automatic_decisions_are_shown_and_never_requeued(policy_env, conn):
     """The recent list names the rule; recovery never queues a resume for a rule's decision."""
     _run(script(calls(("delete_path", {"path": "/tmp/a"})), say("done")))
     approval = _auto(conn, "delete_path")
-    conn.zadd(store.DECIDED_KEY, {approval.id: time.time() - 120})
+    conn.zadd(store.keys.DECIDED_KEY, {approval.id: time.time() - 120})
     assert recovery.requeue_stranded(conn, Settings.from_env()) == []
     home = build_home(Page([], 0, exact=True), [approval])
     assert "approved by policy rule `tmp-is-fine`" in json.dumps(home)
@@ -265,5 +265,5 @@ def test_a_policy_that_does_not_load_fails_the_resume(env, conn, tmp_path, monke
     broken.write_text("[[rule]]\nid = 'x'\naction = 'maybe'\n")
     monkeypatch.setenv("APPROVALS_POLICY", str(broken))
     with pytest.raises(ResumeError, match="not a valid Action"):
-        resume(conn, Settings.from_env(), store.load(conn, pause_id))
+        resume(conn, Settings.from_env(), store.records.load(conn, pause_id))
     assert tool_runs(env, "delete_path") == []

@@ -298,7 +298,7 @@ def test_a_call_approved_in_slack_is_accepted_by_the_service(acting, slack, env,
         "approve",
         "UBOB",
     )
-    assert store.load(conn, pause_id).receipt == first.token
+    assert store.records.load(conn, pause_id).receipt == first.token
     replayed = call_service(first.arguments, first.token)
     assert replayed.startswith("403") and "used already" in replayed
     assert call_service(first.arguments, None).startswith("401")
@@ -349,7 +349,9 @@ def test_a_tool_in_the_worker_process_cannot_produce_a_receipt(acting, slack, en
     assert pause_id is not None
     click(slack, bot, "approve", pause_id, "UALICE", card_of(slack, pause_id).ts)
     wait_status(conn, pause_id, Status.COMPLETED)
-    [ended] = [e for e in store.audit_trail(conn, pause_id) if e["event"] == "resume_finished"]
+    [ended] = [
+        e for e in store.audit.audit_trail(conn, pause_id) if e["event"] == "resume_finished"
+    ]
     report = json.loads(ended["tool_output"])
     # It ran in the worker: in RQ's work-horse, forked by the worker process we started.
     assert worker.popen.pid in (report["pid"], report["parent"])
@@ -416,7 +418,7 @@ def test_a_call_a_rule_releases_has_no_receipt_and_the_service_refuses_it(
     assert outcome.status == "completed"
     assert [(a.status, a.token) for a in service.answers] == [(401, None)]
     assert service.deleted == []
-    [decided] = [a for a in store.recent_decisions(conn, 10) if a.tool_name == "delete_row"]
+    [decided] = [a for a in store.pending.recent_decisions(conn, 10) if a.tool_name == "delete_row"]
     assert decided.decision is not None and decided.decision.decided_by is DecidedBy.RULE
     assert decided.receipt is None
 
@@ -430,7 +432,7 @@ def test_a_call_a_grant_releases_has_no_receipt_but_the_persons_call_has_one(
     first = _delete("db-bot", "users", "u-1")
     assert first.pause_id is not None
     grants.approve_with_scope(conn, settings, first.pause_id, grants.Scope.HOURS_1, "UALICE")
-    token = store.load(conn, first.pause_id).receipt
+    token = store.records.load(conn, first.pause_id).receipt
     assert token is not None
     person = verify_receipt(
         token, tool="delete_row", arguments={"table": "users", "row": "u-1"}, keys=service.jwks
@@ -440,7 +442,7 @@ def test_a_call_a_grant_releases_has_no_receipt_but_the_persons_call_has_one(
     assert second.status == "completed"  # the grant let it through without a card
     assert [(a.status, a.arguments["row"]) for a in service.answers] == [(401, "u-2")]
     assert service.deleted == []
-    [granted] = [a for a in store.recent_decisions(conn, 10) if a.id != first.pause_id]
+    [granted] = [a for a in store.pending.recent_decisions(conn, 10) if a.id != first.pause_id]
     assert granted.decision is not None and granted.decision.decided_by is DecidedBy.GRANT
     assert granted.receipt is None
 
@@ -456,7 +458,7 @@ def test_a_run_that_starts_after_its_receipt_expired_is_refused_and_says_why(
     pause_id = _delete("db-bot", "users", "u-3").pause_id
     assert pause_id is not None
     review.decide(conn, decider, pause_id, DecisionKind.APPROVE, "UALICE")
-    token = store.load(conn, pause_id).receipt
+    token = store.records.load(conn, pause_id).receipt
     assert token is not None
     expires = jwt.decode(token, options={"verify_signature": False})["exp"]
     wait_until(lambda: time.time() > expires + 1, 10, "the receipt to expire")
@@ -468,10 +470,10 @@ def test_a_run_that_starts_after_its_receipt_expired_is_refused_and_says_why(
         timeout=120,
     )
     assert run.returncode == 0, run.stderr
-    assert store.load(conn, pause_id).status is Status.COMPLETED
+    assert store.records.load(conn, pause_id).status is Status.COMPLETED
     assert [(a.status, "expired" in a.text) for a in service.answers] == [(403, True)]
     assert service.deleted == []
-    events = [e["event"] for e in store.audit_trail(conn, pause_id)]
+    events = [e["event"] for e in store.audit.audit_trail(conn, pause_id)]
     assert events.index("resume_started") < events.index("receipt_expired")
     assert events.index("receipt_expired") < events.index("resume_finished")
 
@@ -487,11 +489,11 @@ def test_a_quorum_receipt_names_every_approver(env, conn, key_path):
     """With approvals_required=2, the receipt is signed at the second approval, naming both."""
     settings = _decider(env, key_path)
     approval = make_approval(policy=Policy(approvals_required=2))
-    store.create(conn, approval, []).execute()
+    store.records.create(conn, approval, []).execute()
     review.decide(conn, settings, approval.id, DecisionKind.APPROVE, "UALICE")
-    assert store.load(conn, approval.id).receipt is None  # one vote releases nothing
+    assert store.records.load(conn, approval.id).receipt is None  # one vote releases nothing
     review.decide(conn, settings, approval.id, DecisionKind.APPROVE, "UBOB")
-    token = store.load(conn, approval.id).receipt
+    token = store.records.load(conn, approval.id).receipt
     assert token is not None
     receipt = verify_receipt(
         token, tool="delete_path", arguments=approval.arguments, keys=keys.jwks(settings)
@@ -504,26 +506,26 @@ def test_reject_and_respond_release_nothing_and_get_no_receipt(env, conn, key_pa
     settings = _decider(env, key_path)
     for kind, extra in ((DecisionKind.REJECT, {}), (DecisionKind.RESPOND, {"response": "no"})):
         approval = make_approval(id=f"a{kind.value}")
-        store.create(conn, approval, []).execute()
+        store.records.create(conn, approval, []).execute()
         review.decide(conn, settings, approval.id, kind, "UALICE", **extra)
-        assert store.load(conn, approval.id).receipt is None
+        assert store.records.load(conn, approval.id).receipt is None
 
 
 def test_a_retry_signs_a_fresh_receipt(env, conn, key_path):
     """Retrying an interrupted run re-signs: the first receipt may have expired meanwhile."""
     settings = _decider(env, key_path)
     approval = make_approval()
-    store.create(conn, approval, []).execute()
+    store.records.create(conn, approval, []).execute()
     review.decide(conn, settings, approval.id, DecisionKind.APPROVE, "UALICE")
-    first = store.load(conn, approval.id).receipt
-    store.transition(conn, approval.id, Status.RUNNING)
-    store.transition(conn, approval.id, Status.INTERRUPTED)
+    first = store.records.load(conn, approval.id).receipt
+    store.transitions.transition(conn, approval.id, Status.RUNNING)
+    store.transitions.transition(conn, approval.id, Status.INTERRUPTED)
     review.retry(conn, settings, approval.id, "UCAROL")
-    again = store.load(conn, approval.id).receipt
+    again = store.records.load(conn, approval.id).receipt
     assert again is not None and again != first
     claims = verify_receipt(
         again, tool="delete_path", arguments=approval.arguments, keys=keys.jwks(settings)
     )
     assert claims.approvers == ("UALICE",)  # who approved these arguments
-    retried = [e for e in store.audit_trail(conn, approval.id) if e["event"] == "retried"]
+    retried = [e for e in store.audit.audit_trail(conn, approval.id) if e["event"] == "retried"]
     assert retried[0]["receipt"] == again

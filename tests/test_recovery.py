@@ -22,7 +22,7 @@ import redis.asyncio as redis_async
 from click.testing import CliRunner
 from rq.job import Job
 
-from approvals import queue, run_agent, store
+from approvals import run_agent, store
 from approvals.calls import external
 from approvals.cli.main import cli
 from approvals.config import Settings
@@ -30,6 +30,7 @@ from approvals.decisions import recovery, review
 from approvals.decisions.recovery import STRANDED_AFTER
 from approvals.models import Decision, DecisionKind, Status, decision_to_dict
 from approvals.proof import keys
+from approvals.store import queue
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.e2e import (
@@ -80,12 +81,12 @@ def _stack(
 def _long_ago(conn: redis.Redis, approval_id: str) -> None:
     """Time passes: the decision is older than a live decider would ever take."""
     then = time.time() - STRANDED_AFTER - 1
-    for key in (store.OWED_KEY, store.DECIDED_KEY):
+    for key in (store.keys.OWED_KEY, store.keys.DECIDED_KEY):
         conn.zadd(key, {approval_id: then}, xx=True)
 
 
 def _entries(conn: redis.Redis, approval_id: str, event: str) -> list[dict[str, str]]:
-    return [e for e in store.audit_trail(conn, approval_id) if e["event"] == event]
+    return [e for e in store.audit.audit_trail(conn, approval_id) if e["event"] == event]
 
 
 def _verify(approval_id: str) -> tuple[int, str]:
@@ -108,9 +109,9 @@ def test_a_receipt_the_arguments_cannot_be_signed_for_is_audited_as_such_and_the
     with _stack(env, tmp_path, {"APPROVALS_SIGNING_KEY": key}, {}) as bot:
         pause_id = _pause()
         card = card_of(slack, pause_id)
-        record = json.loads(conn.hget(store.approval_key(pause_id), "record"))
+        record = json.loads(conn.hget(store.keys.approval_key(pause_id), "record"))
         record["arguments"]["inode"] = 2**64  # as stored before arguments were checked
-        conn.hset(store.approval_key(pause_id), "record", json.dumps(record))
+        conn.hset(store.keys.approval_key(pause_id), "record", json.dumps(record))
         click(slack, bot, "approve", pause_id, "UALICE", card.ts)
         wait_status(conn, pause_id, Status.COMPLETED)
         card_showing(slack, card.ts, "Completed")
@@ -138,7 +139,7 @@ def _assert_unsigned_but_done(
     [approved] = _entries(conn, pause_id, "approved")
     assert approved["receipt_error"].startswith("receipt could not be signed: "), approved
     assert why in approved["receipt_error"]
-    assert "receipt" not in approved and store.load(conn, pause_id).receipt is None
+    assert "receipt" not in approved and store.records.load(conn, pause_id).receipt is None
     assert [r["arguments"]["path"] for r in tool_runs(env, "delete_path")] == ["old.csv"]
     code, said = _verify(pause_id)
     assert code == 1 and "receipt could not be signed" in said and "verified:" not in said
@@ -189,9 +190,9 @@ def test_a_decision_redis_refused_to_carry_out_is_finished_by_a_worker_once(
     pause_id = _pause()
     card = card_of(slack, pause_id)
     click(slack, bot, "approve", pause_id, "UALICE", card.ts)
-    wait_until(lambda: store.owing(conn, [pause_id]), 20, "the decision to be recorded")
+    wait_until(lambda: store.owed.owing(conn, [pause_id]), 20, "the decision to be recorded")
     assert _entries(conn, pause_id, "approved") == []  # the decider could not write it
-    assert store.load(conn, pause_id).status is Status.APPROVED
+    assert store.records.load(conn, pause_id).status is Status.APPROVED
     code, said = _verify(pause_id)
     assert code == 1 and "not yet what follows it" in said
 
@@ -204,8 +205,8 @@ def test_a_decision_redis_refused_to_carry_out_is_finished_by_a_worker_once(
     assert len(tool_runs(env, "delete_path")) == 1
     wait_until(lambda: _decided_deliveries(receiver), 30, "the decision's webhook")
     assert [e["data"]["id"] for e in _decided_deliveries(receiver)] == [pause_id]
-    assert store.metric_values(conn)["decisions:approve"] == 1
-    assert not store.owing(conn, [pause_id])
+    assert store.metrics.metric_values(conn)["decisions:approve"] == 1
+    assert not store.owed.owing(conn, [pause_id])
     assert _verify(pause_id)[0] == 0
 
 
@@ -222,7 +223,7 @@ def test_an_external_caller_is_woken_though_its_decider_could_not_wake_it(
     waiter.start()
     click(slack, bot, "approve", approval_id, "UALICE", card.ts)
     card_showing(slack, card.ts, "Approved")
-    assert store.owing(conn, [approval_id]) and waiter.is_alive()
+    assert store.owed.owing(conn, [approval_id]) and waiter.is_alive()
 
     _long_ago(conn, approval_id)
 
@@ -230,7 +231,7 @@ def test_an_external_caller_is_woken_though_its_decider_could_not_wake_it(
     assert woken == [True]
     [approved] = _entries(conn, approval_id, "approved")
     assert approved["finished_by"] == review.LATE
-    assert conn.xlen(store.answer_key(approval_id)) == 1
+    assert conn.xlen(store.keys.answer_key(approval_id)) == 1
     wait_until(lambda: _decided_deliveries(receiver), 30, "the decision's webhook")
     assert len(_decided_deliveries(receiver)) == 1
 
@@ -241,7 +242,7 @@ def _wait_answer(env: dict[str, str], approval_id: str, block: float) -> bool:
     async def wait() -> bool:
         aconn = redis_async.Redis.from_url(env["REDIS_URL"])
         try:
-            return await store.wait_answer(aconn, approval_id, block)
+            return await store.callers.wait_answer(aconn, approval_id, block)
         finally:
             await aconn.aclose()
 
@@ -264,14 +265,14 @@ def test_a_card_slack_would_not_redraw_is_redrawn_later_with_one_reply(services,
         "the redraw to fail",
     )
     assert action_blocks(slack.message(card.channel, card.ts))  # the buttons are still there
-    assert store.load(conn, approval_id).status is Status.APPROVED
+    assert store.records.load(conn, approval_id).status is Status.APPROVED
 
-    conn.zadd(store.UNSHOWN_KEY, {approval_id: time.time() - 1}, xx=True)  # time passes
+    conn.zadd(store.keys.UNSHOWN_KEY, {approval_id: time.time() - 1}, xx=True)  # time passes
 
     shown = card_showing(slack, card.ts, "Approved")
     assert not action_blocks(shown)
     reply = reply_containing(slack, card.ts, "Approved")
-    wait_until(lambda: not conn.zscore(store.UNSHOWN_KEY, approval_id), 20, "the note cleared")
+    wait_until(lambda: not conn.zscore(store.keys.UNSHOWN_KEY, approval_id), 20, "the note cleared")
     replies = [m for m in slack.thread(card.channel, card.ts) if "Approved" in block_text(m)]
     assert [m.ts for m in replies] == [reply.ts]
 
@@ -302,7 +303,7 @@ def test_workers_and_a_late_decider_finish_a_decision_exactly_once(
         daemon=True,  # should the test fail before the pipe is written, it must not hang
     )
     deciding.start()
-    wait_until(lambda: store.owing(conn, [pause_id]), 20, "the decision to be recorded")
+    wait_until(lambda: store.owed.owing(conn, [pause_id]), 20, "the decision to be recorded")
 
     _long_ago(conn, pause_id)
     wait_status(conn, pause_id, Status.COMPLETED, timeout=60)
@@ -314,10 +315,10 @@ def test_workers_and_a_late_decider_finish_a_decision_exactly_once(
     [approved] = _entries(conn, pause_id, "approved")
     assert approved["finished_by"] == review.LATE
     assert approved["receipt_error"] == review.UNSIGNED
-    assert store.load(conn, pause_id).receipt is None  # signed too late to be kept
+    assert store.records.load(conn, pause_id).receipt is None  # signed too late to be kept
     assert len(_entries(conn, pause_id, "resume_started")) == 1
     assert len(tool_runs(env, "delete_path")) == 1
-    assert store.metric_values(conn)["decisions:approve"] == 1
+    assert store.metrics.metric_values(conn)["decisions:approve"] == 1
 
 
 def test_many_at_once_carry_a_decision_out_once(env, conn):
@@ -325,10 +326,13 @@ def test_many_at_once_carry_a_decision_out_once(env, conn):
     entry, one resume job and one count; the others find it done."""
     settings = Settings.from_env()
     pause_id = _pause()
-    approval = store.load(conn, pause_id)
+    approval = store.records.load(conn, pause_id)
     decision = Decision(DecisionKind.APPROVE, "UALICE", time.time(), arguments=approval.arguments)
     encoded = json.dumps(decision_to_dict(decision))
-    assert store.vote(conn, pause_id, Status.APPROVED, "UALICE", 1, encoded).outcome == "decided"
+    assert (
+        store.transitions.vote(conn, pause_id, Status.APPROVED, "UALICE", 1, encoded).outcome
+        == "decided"
+    )
 
     did = at_once(*[lambda: review.complete(conn, settings, pause_id) for _ in range(8)])
 
@@ -336,8 +340,8 @@ def test_many_at_once_carry_a_decision_out_once(env, conn):
     assert len(_entries(conn, pause_id, "approved")) == 1
     assert Job.exists(f"resume-{pause_id}", connection=conn)
     assert queue.get_queue(conn, settings).count == 2  # the card, and the one resume
-    assert store.metric_values(conn)["decisions:approve"] == 1
-    assert conn.zscore(store.OWED_KEY, pause_id) is None
+    assert store.metrics.metric_values(conn)["decisions:approve"] == 1
+    assert conn.zscore(store.keys.OWED_KEY, pause_id) is None
 
 
 def test_workers_at_once_queue_one_redraw_and_give_up_on_a_card_after_a_day(env, conn):
@@ -345,12 +349,12 @@ def test_workers_at_once_queue_one_redraw_and_give_up_on_a_card_after_a_day(env,
     a day old whose card still does not show it is let go."""
     settings = Settings.from_env()
     approval_id = _ask(conn)
-    store.set_card(conn, approval_id, "1700000000.000100")
+    store.records.set_card(conn, approval_id, "1700000000.000100")
     decision = Decision(DecisionKind.APPROVE, "UALICE", time.time(), arguments={"env": "prod"})
     encoded = json.dumps(decision_to_dict(decision))
-    assert store.vote(conn, approval_id, Status.APPROVED, "UALICE", 1, encoded).outcome
+    assert store.transitions.vote(conn, approval_id, Status.APPROVED, "UALICE", 1, encoded).outcome
     assert review.complete(conn, settings, approval_id)
-    conn.zadd(store.UNSHOWN_KEY, {approval_id: time.time() - 1}, xx=True)
+    conn.zadd(store.keys.UNSHOWN_KEY, {approval_id: time.time() - 1}, xx=True)
 
     queued = at_once(*[lambda: recovery.show_decisions(conn, settings) for _ in range(4)])
 
@@ -358,7 +362,7 @@ def test_workers_at_once_queue_one_redraw_and_give_up_on_a_card_after_a_day(env,
     announces = [j for j in queue.get_queue(conn, settings).job_ids if j.startswith("announce-")]
     assert len(announces) == 1
     old = dataclasses.replace(decision, at=time.time() - recovery.SHOW_FOR - 1)
-    conn.hset(store.approval_key(approval_id), "decision", json.dumps(decision_to_dict(old)))
-    conn.zadd(store.UNSHOWN_KEY, {approval_id: time.time() - 1}, xx=True)
+    conn.hset(store.keys.approval_key(approval_id), "decision", json.dumps(decision_to_dict(old)))
+    conn.zadd(store.keys.UNSHOWN_KEY, {approval_id: time.time() - 1}, xx=True)
     assert recovery.show_decisions(conn, settings) == []
-    assert conn.zscore(store.UNSHOWN_KEY, approval_id) is None
+    assert conn.zscore(store.keys.UNSHOWN_KEY, approval_id) is None

@@ -43,7 +43,7 @@ def test_an_acl_user_in_redis_url_pauses_and_stores(env, conn, acl_user, monkeyp
     prompt = script(calls(("delete_path", {"path": "x"})), say("ok"))
     outcome = run_agent("scripted", prompt, tools=[delete_path])
     assert outcome.status == "paused"
-    assert store.load(conn, outcome.pause_id).tool_name == "delete_path"
+    assert store.records.load(conn, outcome.pause_id).tool_name == "delete_path"
 
 
 def test_a_wrong_password_is_refused_and_stores_nothing(env, conn, acl_user, monkeypatch):
@@ -53,7 +53,7 @@ def test_a_wrong_password_is_refused_and_stores_nothing(env, conn, acl_user, mon
     prompt = script(calls(("delete_path", {"path": "x"})), say("ok"))
     with pytest.raises(redis.AuthenticationError):
         run_agent("scripted", prompt, tools=[delete_path])
-    assert store.pending_count(conn) == 0
+    assert store.pending.pending_count(conn) == 0
 
 
 def test_the_bot_starts_with_an_acl_user_that_may_not_run_info(env, acl_user, tmp_path):

@@ -32,12 +32,12 @@ def _pause(tool: str = "delete_path", **args: object) -> str:
 
 
 def _refusals(conn, approval_id: str, actor: str) -> int:
-    trail = store.audit_trail(conn, approval_id)
+    trail = store.audit.audit_trail(conn, approval_id)
     return len([e for e in trail if e["event"] == "refused" and e["actor"] == actor])
 
 
 def _deadlines(conn) -> set[str]:
-    return {m.decode() for m in conn.zrange(store.DEADLINES_KEY, 0, -1)}
+    return {m.decode() for m in conn.zrange(store.keys.DEADLINES_KEY, 0, -1)}
 
 
 def test_reminder_rounds_repeat_at_most_three_times():
@@ -83,7 +83,7 @@ def test_gate_options_round_trip_and_are_checked():
 def test_expires_in_none_waits_indefinitely(env, conn):
     """No expiry deadline and no expiry time; reminders still apply."""
     pause_id = _pause("archive_bucket", bucket="logs")
-    approval = store.load(conn, pause_id)
+    approval = store.records.load(conn, pause_id)
     assert approval.expires_at == 0.0 and approval.remind_after == 3600.0
     assert _deadlines(conn) == {f"remind:{pause_id}"}
 
@@ -111,7 +111,7 @@ def test_reminders_and_escalation_fire_on_time_across_a_restart(
     monkeypatch.setenv("APPROVALS_ESCALATE_TO", "C0ESC,S0SRE")
     slack.usergroups["S0SRE"] = ["UCAROL"]
     pause_id = _pause()
-    approval = store.load(conn, pause_id)
+    approval = store.records.load(conn, pause_id)
     card = card_of(slack, pause_id)
     for process in [services.bot, *services.workers]:
         process.stop()
@@ -128,7 +128,7 @@ def test_reminders_and_escalation_fire_on_time_across_a_restart(
         "the first reminder",
     )
     (reminded,) = wait_until(  # audited just after the reply is posted
-        lambda: [e for e in store.audit_trail(conn, pause_id) if e["event"] == "reminded"],
+        lambda: [e for e in store.audit.audit_trail(conn, pause_id) if e["event"] == "reminded"],
         10,
         "the reminder audited",
     )
@@ -146,7 +146,7 @@ def test_reminders_and_escalation_fire_on_time_across_a_restart(
         "the first card showing the escalation",
     )  # fmt: skip
     assert "C0ESC" in block_text(first[0])
-    assert store.load(conn, pause_id).escalated_at is not None
+    assert store.records.load(conn, pause_id).escalated_at is not None
 
     status, _ = click(slack, services.bot_url, "approve", pause_id, "UCAROL", escalated.ts)
     assert status == 200
@@ -169,7 +169,7 @@ def test_escalation_channel_members_may_decide_after_escalation(services, slack,
     card = card_of(slack, pause_id)
     assert click(slack, services.bot_url, "approve", pause_id, "UDAVE", card.ts)[0] == 200
     wait_until(lambda: _refusals(conn, pause_id, "UDAVE") == 1, 10, "the refusal")
-    assert store.load(conn, pause_id).status is Status.PENDING
+    assert store.records.load(conn, pause_id).status is Status.PENDING
     assert not slack.calls("conversations.members")  # not escalated yet: nobody asked
 
     (escalated,) = wait_until(lambda: slack.messages("C0ESC"), 20, "the escalated card")
@@ -189,7 +189,7 @@ def test_escalation_channel_members_may_decide_after_escalation(services, slack,
         10,
         "the refusal while Slack could not say who is in the channel",
     )
-    assert store.load(conn, pause_id).status is Status.PENDING
+    assert store.records.load(conn, pause_id).status is Status.PENDING
 
     assert click(slack, services.bot_url, "approve", pause_id, "UDAVE", escalated.ts)[0] == 200
     decided = wait_status(conn, pause_id, Status.APPROVED, Status.RUNNING, Status.COMPLETED)

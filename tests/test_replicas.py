@@ -50,7 +50,7 @@ def test_fifty_simultaneous_clicks_across_two_bots_make_one_decision(replicas, s
     answers = slack.wait_for(lambda: len(slack.responses()) >= 49 and slack.responses())
     assert len(answers) == 49
     assert all(f"already approved by <@{winner}>" in a["text"] for a in answers)
-    trail = [e["event"] for e in store.audit_trail(conn, pause_id)]
+    trail = [e["event"] for e in store.audit.audit_trail(conn, pause_id)]
     assert trail.count("approved") == 1 and trail.count("resume_started") == 1
     assert trail.count("refused") == 49
     assert len(tool_runs(env, "delete_path")) == 1

@@ -11,7 +11,6 @@ import pytest
 import redis
 
 from approvals import store
-from approvals.calls import outcomes
 from approvals.config import Settings
 from approvals.models import (
     Approval,
@@ -22,6 +21,7 @@ from approvals.models import (
     decision_to_dict,
     result_to_dict,
 )
+from approvals.models.outcome import Outcome
 from approvals.ops import archive, retention
 from tests.archives import archive_url, postgres_server  # noqa: F401 - fixtures
 from tests.factories import make_approval, make_decision
@@ -33,7 +33,7 @@ HISTORY = [{"role": "user", "parts": [{"type": "text", "text": "x" * 10_000}]}]
 def pause(conn: redis.Redis, approval_id: str, **overrides) -> Approval:
     """A pending approval, written as ``run_agent`` writes one."""
     approval = make_approval(id=approval_id, created_at=time.time(), **overrides)
-    store.create(conn, approval, HISTORY, run_ttl=DAY).execute()
+    store.records.create(conn, approval, HISTORY, run_ttl=DAY).execute()
     return approval
 
 
@@ -41,24 +41,24 @@ def decide(conn: redis.Redis, approval_id: str, target: Status = Status.APPROVED
     """Decided, and what follows the decision done (none of it matters to retention)."""
     decision = json.dumps(decision_to_dict(make_decision()))
     fields = {"decision": decision, "decided_by": "UALICE"}
-    assert store.transition(conn, approval_id, target, fields).ok
-    assert store.carry_out(conn, approval_id, lambda owed: ([], lambda pipe: None))
+    assert store.transitions.transition(conn, approval_id, target, fields).ok
+    assert store.owed.carry_out(conn, approval_id, lambda owed: ([], lambda pipe: None))
 
 
 def finish(conn: redis.Redis, approval_id: str, end: Status = Status.COMPLETED) -> None:
     """Decided, resumed, ended: the way a worker moves it."""
     decide(conn, approval_id)
-    assert store.transition(conn, approval_id, Status.RUNNING).ok
+    assert store.transitions.transition(conn, approval_id, Status.RUNNING).ok
     result = json.dumps(result_to_dict(RunResult(end, text="Done.")))
-    assert store.transition(conn, approval_id, end, {"result": result}).ok
+    assert store.transitions.transition(conn, approval_id, end, {"result": result}).ok
 
 
 def held(conn: redis.Redis, approval_id: str) -> set[str]:
     """Which of the approval's keys Redis holds."""
     keys = {
-        "record": store.approval_key(approval_id),
-        "history": store.history_key(approval_id),
-        "audit": store.audit_key(approval_id),
+        "record": store.keys.approval_key(approval_id),
+        "history": store.keys.history_key(approval_id),
+        "audit": store.keys.audit_key(approval_id),
     }
     return {name for name, key in keys.items() if conn.exists(key)}
 
@@ -77,8 +77,8 @@ def test_a_finished_approval_loses_its_history_after_a_week_and_the_rest_after_a
     assert retention.sweep(conn, settings, now=now + 29 * DAY).nothing
     assert retention.sweep(conn, settings, now=now + 31 * DAY).approvals == 1
     assert held(conn, "done1") == set()
-    assert conn.zcard(store.FINISHED_KEY) == conn.zcard(store.FINISHED_HISTORY_KEY) == 0
-    assert store.metric_values(conn)["retention:approval"] == 1
+    assert conn.zcard(store.keys.FINISHED_KEY) == conn.zcard(store.keys.FINISHED_HISTORY_KEY) == 0
+    assert store.metrics.metric_values(conn)["retention:approval"] == 1
 
 
 @pytest.mark.parametrize("end", [Status.COMPLETED, Status.PAUSED, Status.FAILED])
@@ -99,23 +99,23 @@ def test_approvals_that_are_not_finished_are_never_touched(env, conn):
     decide(conn, "decided1")
     pause(conn, "running1")
     decide(conn, "running1")
-    store.transition(conn, "running1", Status.RUNNING)
+    store.transitions.transition(conn, "running1", Status.RUNNING)
     pause(conn, "interrupted1")
     decide(conn, "interrupted1")
-    store.transition(conn, "interrupted1", Status.RUNNING)
-    store.transition(conn, "interrupted1", Status.INTERRUPTED)
+    store.transitions.transition(conn, "interrupted1", Status.RUNNING)
+    store.transitions.transition(conn, "interrupted1", Status.INTERRUPTED)
     pause(conn, "rejected1")
     decide(conn, "rejected1", Status.REJECTED)
     ids = ["pending1", "decided1", "running1", "interrupted1", "rejected1"]
-    assert conn.zcard(store.FINISHED_KEY) == 0
-    for key in (store.FINISHED_KEY, store.FINISHED_HISTORY_KEY):
+    assert conn.zcard(store.keys.FINISHED_KEY) == 0
+    for key in (store.keys.FINISHED_KEY, store.keys.FINISHED_HISTORY_KEY):
         conn.zadd(key, dict.fromkeys(ids, 0))
 
     retention.sweep(conn, settings, now=time.time() + 365 * DAY)
 
     for approval_id in ids:
         assert held(conn, approval_id) == {"record", "history", "audit"}, approval_id
-    assert conn.zcard(store.FINISHED_KEY) == 0
+    assert conn.zcard(store.keys.FINISHED_KEY) == 0
 
 
 def test_a_rejection_or_expiry_that_stops_the_run_is_finished(env, conn):
@@ -145,10 +145,10 @@ def test_the_archive_holds_what_redis_let_go(env, conn, archive_url):  # noqa: F
     settings = dataclasses.replace(Settings.from_env(), archive_url=archive_url)
     pause(conn, "kept1", run_id="run-1")
     finish(conn, "kept1")
-    store.audit(conn, "kept1", "note", "UBOB", text="ünïcode ✓")
+    store.audit.append(conn, "kept1", "note", "UBOB", text="ünïcode ✓")
     pause(conn, "waiting1")
-    before = store.load(conn, "kept1")
-    trail = store.audit_trail(conn, "kept1")
+    before = store.records.load(conn, "kept1")
+    trail = store.audit.audit_trail(conn, "kept1")
 
     swept = retention.sweep(conn, settings, now=time.time() + 31 * DAY)
 
@@ -189,7 +189,7 @@ def test_an_archive_without_its_tables_is_said_once_and_used_once_it_is_upgraded
     settings = Settings(redis_url=env["REDIS_URL"], archive_url=url)
     pause(conn, "kept3", run_id="run-3")
     finish(conn, "kept3")
-    outcomes.finish_run(conn, settings, store.load(conn, "kept3"))
+    store.runs.finish_run(conn, settings, store.records.load(conn, "kept3"))
     caplog.set_level(logging.INFO, logger="approvals.ops.retention")
     later = time.time() + 31 * DAY
 
@@ -201,7 +201,7 @@ def test_an_archive_without_its_tables_is_said_once_and_used_once_it_is_upgraded
     assert len(errors) == 1 and "has no tables: run `approvals archive upgrade`" in (
         errors[0].getMessage()
     )
-    assert held(conn, "kept3") == {"record", "audit"} and conn.zcard(store.ENDED_KEY) == 1
+    assert held(conn, "kept3") == {"record", "audit"} and conn.zcard(store.keys.ENDED_KEY) == 1
 
     archive.upgrade(url)
     swept = retention.sweep(conn, settings, now=later)
@@ -213,24 +213,24 @@ def test_an_ended_runs_outcome_is_archived_soon_after_it_ends(env, conn, archive
     settings = Settings(redis_url=env["REDIS_URL"], archive_url=archive_url)
     pause(conn, "last1", run_id="run-2")
     finish(conn, "last1")
-    ended = outcomes.finish_run(conn, settings, store.load(conn, "last1"))
+    ended = store.runs.finish_run(conn, settings, store.records.load(conn, "last1"))
     assert ended is not None
 
     assert retention.sweep(conn, settings).runs == 1
 
     stored = archive.Archive.open(archive_url)
     try:
-        assert outcomes.Outcome.from_dict(stored.outcome("run-2")) == ended
+        assert Outcome.from_dict(stored.outcome("run-2")) == ended
     finally:
         stored.close()
-    assert conn.zcard(store.ENDED_KEY) == 0
+    assert conn.zcard(store.keys.ENDED_KEY) == 0
 
 
 def test_one_worker_sweeps_at_a_time(env, conn):
     settings = Settings.from_env()
     pause(conn, "done3")
     finish(conn, "done3")
-    assert store.take_retention_lock(conn, "someone-else", 60)
+    assert store.retention.take_retention_lock(conn, "someone-else", 60)
     assert retention.sweep(conn, settings, now=time.time() + 31 * DAY).nothing
     assert held(conn, "done3") == {"record", "history", "audit"}
 
@@ -242,11 +242,13 @@ def test_backfill_notes_what_an_older_version_left_and_only_that(env, conn):
     pause(conn, "legacy1")
     finish(conn, "legacy1")
     pause(conn, "legacy-waiting")
-    conn.delete(store.FINISHED_KEY, store.FINISHED_HISTORY_KEY)  # as an older version left it
+    conn.delete(
+        store.keys.FINISHED_KEY, store.keys.FINISHED_HISTORY_KEY
+    )  # as an older version left it
 
     assert retention.backfill(conn) == 1
     assert retention.backfill(conn) == 0
-    assert conn.zrange(store.FINISHED_KEY, 0, -1) == [b"legacy1"]
+    assert conn.zrange(store.keys.FINISHED_KEY, 0, -1) == [b"legacy1"]
     retention.sweep(conn, settings, now=time.time() + 31 * DAY)
     assert held(conn, "legacy1") == set()
     assert held(conn, "legacy-waiting") == {"record", "history", "audit"}

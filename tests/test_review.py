@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from approvals import queue, store
+from approvals import store
 from approvals.config import Settings
 from approvals.decisions.review import SYSTEM_ACTOR, decide, expire, precheck, refusal
 from approvals.errors import (
@@ -17,6 +17,7 @@ from approvals.errors import (
     UnknownApproval,
 )
 from approvals.models import DecisionKind, OnReject, Policy, Status, ToolRef
+from approvals.store import queue
 from tests.factories import make_approval
 
 
@@ -84,12 +85,12 @@ def settings(env):
 def _save(conn, **overrides):
     """A pending delete_path approval saved in Redis (ids differ per policy, so tests can mix)."""
     approval = make_approval(**overrides)
-    store.create(conn, approval, history=[]).execute()
+    store.records.create(conn, approval, history=[]).execute()
     return approval
 
 
 def _events(conn, approval_id):
-    return [(e["event"], e["actor"]) for e in store.audit_trail(conn, approval_id)]
+    return [(e["event"], e["actor"]) for e in store.audit.audit_trail(conn, approval_id)]
 
 
 def _resume_queued(conn, settings, approval_id):
@@ -118,7 +119,7 @@ def test_a_quorum_of_two_needs_two_different_people(conn, settings):
     with pytest.raises(AlreadyVoted) as info:
         decide(conn, settings, approval.id, DecisionKind.APPROVE, "UALICE")
     assert (info.value.count, info.value.required) == (1, 2)
-    assert store.load(conn, approval.id).status is Status.PENDING
+    assert store.records.load(conn, approval.id).status is Status.PENDING
 
     second = decide(conn, settings, approval.id, DecisionKind.APPROVE, "UBOB", actor_name="Bob")
     assert second.status is Status.APPROVED
@@ -149,7 +150,7 @@ def test_a_rejection_without_a_reason_is_refused_when_one_is_required(conn, sett
         with pytest.raises(InvalidArguments) as info:
             decide(conn, settings, approval.id, DecisionKind.REJECT, "UALICE", reason=reason)
         assert set(info.value.errors) == {"reason"}
-    assert store.load(conn, approval.id).status is Status.PENDING
+    assert store.records.load(conn, approval.id).status is Status.PENDING
     rejected = decide(
         conn, settings, approval.id, DecisionKind.REJECT, "UALICE", reason="wrong folder"
     )
@@ -163,7 +164,7 @@ def test_a_blank_reason_does_not_satisfy_reason_required(conn, settings, reason)
     approval = _save(conn, policy=Policy(reason_required=True))
     with pytest.raises(InvalidArguments):
         decide(conn, settings, approval.id, DecisionKind.REJECT, "UALICE", reason=reason)
-    assert store.load(conn, approval.id).status is Status.PENDING
+    assert store.records.load(conn, approval.id).status is Status.PENDING
 
 
 def test_a_reason_is_optional_by_default(conn, settings):
@@ -187,7 +188,7 @@ def test_editing_a_locked_argument_is_refused_under_its_name(conn, settings):
             arguments={"path": "/", "recursive": True},
         )
     assert set(info.value.errors) == {"path"}
-    assert store.load(conn, approval.id).status is Status.PENDING
+    assert store.records.load(conn, approval.id).status is Status.PENDING
 
 
 def test_dropping_a_locked_argument_is_refused_too(conn, settings):
@@ -229,7 +230,7 @@ def test_an_edit_keeps_empty_lists_and_objects(conn, settings):
     decided = decide(conn, settings, approval.id, DecisionKind.EDIT, "UALICE", arguments=edited)
     assert decided.decision is not None
     assert json.dumps(decided.decision.arguments) == json.dumps(edited)
-    raw = json.loads(conn.hget(store.approval_key(approval.id), "decision"))
+    raw = json.loads(conn.hget(store.keys.approval_key(approval.id), "decision"))
     assert raw["arguments"] == {"path": "x", "tags": [], "options": {}}
 
 
@@ -253,7 +254,7 @@ def test_decide_refuses_an_edit_under_a_quorum(conn, settings):
     approval = _save(conn, policy=Policy(approvals_required=2))
     with pytest.raises(NotAllowed):
         decide(conn, settings, approval.id, DecisionKind.EDIT, "UALICE", arguments={"path": "y"})
-    assert store.load(conn, approval.id).votes == ()
+    assert store.records.load(conn, approval.id).votes == ()
 
 
 def test_precheck_refuses_an_edit_when_nothing_is_editable(conn, settings):
@@ -299,7 +300,7 @@ def test_an_empty_response_is_refused(conn, settings, response):
     with pytest.raises(InvalidArguments) as info:
         decide(conn, settings, approval.id, DecisionKind.RESPOND, "UALICE", response=response)
     assert set(info.value.errors) == {"response"}
-    assert store.load(conn, approval.id).status is Status.PENDING
+    assert store.records.load(conn, approval.id).status is Status.PENDING
 
 
 def test_people_cannot_expire_an_approval(conn, settings):
@@ -307,7 +308,7 @@ def test_people_cannot_expire_an_approval(conn, settings):
     approval = _save(conn)
     with pytest.raises(NotAllowed):
         decide(conn, settings, approval.id, DecisionKind.EXPIRE, "UALICE")
-    assert store.load(conn, approval.id).status is Status.PENDING
+    assert store.records.load(conn, approval.id).status is Status.PENDING
 
 
 # --- expiry ------------------------------------------------------------------------------------
@@ -321,8 +322,8 @@ def test_expire_moves_a_pending_approval_to_expired(conn, settings):
     assert expired.status is Status.EXPIRED
     assert expired.decision is not None
     assert (expired.decision.kind, expired.decision.actor) == (DecisionKind.EXPIRE, SYSTEM_ACTOR)
-    assert conn.hget(store.approval_key(approval.id), "decided_by") == b"system"
-    assert store.pending_count(conn) == 0
+    assert conn.hget(store.keys.approval_key(approval.id), "decided_by") == b"system"
+    assert store.pending.pending_count(conn) == 0
     assert _resume_queued(conn, settings, approval.id)
 
 
@@ -355,7 +356,7 @@ def test_expire_loses_to_an_earlier_decision(conn, settings, kind, details):
     approval = _save(conn)
     decided = decide(conn, settings, approval.id, kind, "UALICE", **details)
     assert expire(conn, settings, approval.id) is None
-    after = store.load(conn, approval.id)
+    after = store.records.load(conn, approval.id)
     assert after.status is decided.status
     assert after.decision == decided.decision
 
@@ -388,9 +389,9 @@ def test_expire_never_takes_an_approval_that_already_runs(conn, settings, reache
     approval = _save(conn)
     decided = decide(conn, settings, approval.id, DecisionKind.APPROVE, "UALICE")
     for status in reached:
-        assert store.transition(conn, approval.id, status).ok
+        assert store.transitions.transition(conn, approval.id, status).ok
     assert expire(conn, settings, approval.id) is None
-    after = store.load(conn, approval.id)
+    after = store.records.load(conn, approval.id)
     assert after.status is reached[-1]
     assert after.decision == decided.decision
 
@@ -398,17 +399,17 @@ def test_expire_never_takes_an_approval_that_already_runs(conn, settings, reache
 def test_a_rejection_racing_a_started_run_loses(conn, settings, monkeypatch):
     """A reject whose precheck saw pending, but whose approval started running since, loses."""
     approval = _save(conn)
-    seen_pending = store.load(conn, approval.id)
+    seen_pending = store.records.load(conn, approval.id)
     decide(conn, settings, approval.id, DecisionKind.APPROVE, "UALICE")
-    assert store.transition(conn, approval.id, Status.RUNNING).ok
-    real_load = store.load
+    assert store.transitions.transition(conn, approval.id, Status.RUNNING).ok
+    real_load = store.records.load
     calls = []
 
     def stale_first_load(c, approval_id):
         calls.append(approval_id)
         return seen_pending if len(calls) == 1 else real_load(c, approval_id)
 
-    monkeypatch.setattr(store, "load", stale_first_load)
+    monkeypatch.setattr(store.records, "load", stale_first_load)
     with pytest.raises(AlreadyDecided):
         decide(conn, settings, approval.id, DecisionKind.REJECT, "UBOB")
     assert real_load(conn, approval.id).status is Status.RUNNING

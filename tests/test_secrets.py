@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from approvals import run_agent
 from approvals.cli.main import cli
 from approvals.config import Settings
-from approvals.decisions.grants import Grant, Scope, canonical
 from approvals.models import Status
+from approvals.models.grant import Grant, Scope, canonical
 from approvals.secrets import DEFAULT_SECRET_NAMES, MASK, MAX_SCANNED, mask, secret_names
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script

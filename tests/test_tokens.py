@@ -14,7 +14,7 @@ def test_only_the_digest_is_stored_and_the_token_verifies(conn: redis.Redis) -> 
     """Redis never holds the token itself; the token maps back to its agent and tools."""
     _, secret = create_token(conn, "deployer", ("deploy",))
     assert secret.encode() not in b"".join(
-        conn.hkeys(store.TOKENS_KEY) + conn.hvals(store.TOKENS_KEY)
+        conn.hkeys(store.keys.TOKENS_KEY) + conn.hvals(store.keys.TOKENS_KEY)
     )
     found = verify_token(conn, secret)
     assert found is not None and found.agent == "deployer" and found.tools == ("deploy",)
@@ -25,8 +25,8 @@ def test_only_the_digest_is_stored_and_the_token_verifies(conn: redis.Redis) -> 
 def test_a_corrupt_record_refuses_rather_than_grants(conn: redis.Redis) -> None:
     """Redis is a trust boundary: a record that does not parse is no token."""
     _, secret = create_token(conn, "a")
-    for key in conn.hkeys(store.TOKENS_KEY):
-        conn.hset(store.TOKENS_KEY, key, b'{"agent": 3}')
+    for key in conn.hkeys(store.keys.TOKENS_KEY):
+        conn.hset(store.keys.TOKENS_KEY, key, b'{"agent": 3}')
     assert verify_token(conn, secret) is None
 
 

@@ -50,7 +50,7 @@ def test_a_gated_toolbox_method_runs_in_the_worker_on_a_toolbox_built_from_its_c
     )
     outcome = run_agent("scripted", prompt, tools=[notes])
     assert outcome.status == "paused"
-    approval = store.load(conn, outcome.pause_id)
+    approval = store.records.load(conn, outcome.pause_id)
     assert approval.tool_name == "Notes_delete_note" and approval.summary == "Delete note old.txt"
     ref = approval.tool
     assert ref.path == "tests.agents.toolboxes:Notes" and ref.method == "delete_note"
@@ -103,7 +103,7 @@ def test_a_plugin_toolbox_outside_the_allow_list_is_refused_before_the_run(env, 
     prompt = script(calls(("SQLite_query", {"sql": "select 1"})), say("{results}"))
     with pytest.raises(GateError, match=r"llm_tools_sqlite.*APPROVALS_TOOL_MODULES"):
         run_agent("scripted", prompt, tools=[toolbox])
-    assert model_calls(env) == [] and store.pending(conn) == []
+    assert model_calls(env) == [] and store.pending.pending(conn) == []
 
 
 @pytest.mark.service_env(APPROVALS_TOOL_MODULES=PLUGIN_MODULES)
@@ -124,7 +124,7 @@ def test_the_sqlite_plugin_toolbox_gated_with_gate_waits_only_for_the_chosen_met
     )
     outcome = run_agent("scripted", prompt, tools=[toolbox])
     assert outcome.status == "paused"
-    first = store.load(conn, outcome.pause_id)
+    first = store.records.load(conn, outcome.pause_id)
     assert first.tool_name == "SQLite_query" and first.summary.startswith("SQL: select sum")
     assert first.tool.gate is not None and first.tool.path == "llm_tools_sqlite:SQLite"
     assert [s.name for s in first.siblings] == ["SQLite_schema"]  # ran at once, not gated
@@ -132,7 +132,7 @@ def test_the_sqlite_plugin_toolbox_gated_with_gate_waits_only_for_the_chosen_met
     approve_on_card(slack, services.bot_url, outcome.pause_id)
     # The rebuilt toolbox is gated again: the next query pauses in the worker.
     second_id = wait_status(conn, outcome.pause_id, Status.PAUSED).result.next_approval_id
-    second = store.load(conn, second_id)
+    second = store.records.load(conn, second_id)
     assert second.tool_name == "SQLite_query" and second.arguments == {
         "sql": "select count(*) as n from orders"
     }
@@ -148,7 +148,7 @@ def test_a_third_party_function_gated_from_outside_is_found_again_by_its_own_pat
 ):
     prompt = script(calls(("archive_bucket", {"bucket": "logs", "days": 7})), say("{results}"))
     outcome = run_agent("scripted", prompt, tools=[archive_bucket])
-    approval = store.load(conn, outcome.pause_id)
+    approval = store.records.load(conn, outcome.pause_id)
     assert approval.tool.path == "tests.agents.vendor:archive_bucket"  # the original
     assert approval.summary == "Archive logs" and approval.editable == ["days"]
     assert tool_runs(env) == []
@@ -172,7 +172,7 @@ def test_a_plugin_tool_from_llm_get_tools_gated_with_gate_runs_in_the_worker_onc
         "scripted", script(calls(("llm_time", {})), say("{results}")), tools=[clock]
     )
     assert outcome.status == "paused"
-    approval = store.load(conn, outcome.pause_id)
+    approval = store.records.load(conn, outcome.pause_id)
     assert approval.tool_name == "llm_time" and approval.summary == "Read the clock"
     assert approval.tool.path == "llm.tools:llm_time" and approval.tool.gate is not None
     assert [c["api"] for c in model_calls(env)] == ["sync"]
@@ -209,7 +209,7 @@ def test_the_edit_plugin_toolbox_gated_with_gate_waits_for_the_write_and_leaves_
     )
     outcome = run_agent("scripted", prompt, tools=[files])
     assert outcome.status == "paused"
-    approval = store.load(conn, outcome.pause_id)
+    approval = store.records.load(conn, outcome.pause_id)
     assert approval.tool_name == "Filesystem_str_replace" and approval.summary == "Edit config.toml"
     assert approval.tool.path == "llm_tools_edit._filesystem:Filesystem"
     assert approval.tool.config == {"path": str(root), "max_lines": None, "max_chars": None}

@@ -48,11 +48,11 @@ THREE = script(
 def _pause(conn: Any, prompt: str = THREE) -> tuple[str, list[str]]:
     outcome = run_agent("scripted", prompt, tools=TOOLS, requested_by="UREQ")
     assert outcome.status == "paused" and outcome.pause_id is not None
-    return outcome.pause_id, list(store.load(conn, outcome.pause_id).turn)
+    return outcome.pause_id, list(store.records.load(conn, outcome.pause_id).turn)
 
 
 def _resumes(conn: Any, lead: str) -> int:
-    return len([e for e in store.audit_trail(conn, lead) if e["event"] == "resume_started"])
+    return len([e for e in store.audit.audit_trail(conn, lead) if e["event"] == "resume_started"])
 
 
 def _click_turn(slack: Any, bot_url: str, action: str, lead: str, card_ts: str) -> int:
@@ -80,7 +80,7 @@ def test_three_gated_calls_decided_on_one_card_in_mixed_ways(services, slack, en
     and the card redrawn after each decision with who decided what."""
     lead, turn = _pause(conn)
     assert len(turn) == 3 and turn[0] == lead
-    first, email, second = (store.load(conn, i) for i in turn)
+    first, email, second = (store.records.load(conn, i) for i in turn)
     assert [first.tool_name, email.tool_name, second.tool_name] == [
         "delete_path", "send_email", "delete_path",
     ]  # fmt: skip
@@ -98,7 +98,7 @@ def test_three_gated_calls_decided_on_one_card_in_mixed_ways(services, slack, en
     assert submit_reject(services.bot_url, email.id, "not now", user="UBOB")[0] == 200
     wait_status(conn, email.id, Status.REJECTED)
     assert _resumes(conn, lead) == 0  # one call still waits: nothing resumed yet
-    assert store.load(conn, lead).status is Status.APPROVED
+    assert store.records.load(conn, lead).status is Status.APPROVED
     assert submit_edit(services.bot_url, second.id, {"path": "c"})[0] == 200
 
     done = wait_status(conn, lead, Status.COMPLETED)
@@ -120,7 +120,7 @@ def test_three_gated_calls_decided_on_one_card_in_mixed_ways(services, slack, en
     assert "1. `delete_path` returned: `deleted a`" in result
     assert "3. `delete_path` returned:" in result and "2. `send_email`" not in result
     assert len(slack.calls("chat.postMessage")) - len(slack.thread(CHANNEL, card.ts)) == 1
-    assert [c.status for c in (store.load(conn, i) for i in turn)] == [Status.COMPLETED] * 3
+    assert [c.status for c in (store.records.load(conn, i) for i in turn)] == [Status.COMPLETED] * 3
 
     outcome = wait(lead, timeout=10)
     assert outcome.status == "completed"
@@ -140,7 +140,7 @@ def test_approve_all_decides_every_waiting_call_and_resumes_once(services, slack
     assert [r["arguments"]["path"] for r in tool_runs(env, "delete_path")] == ["a", "b"]
     assert len(tool_runs(env, "send_email")) == 1
     assert len(model_calls(env)) == 2
-    assert [store.load(conn, i).decision.actor for i in turn] == ["UALICE"] * 3
+    assert [store.records.load(conn, i).decision.actor for i in turn] == ["UALICE"] * 3
     before = settled(lambda: (len(slack.calls()), _resumes(conn, lead)))
     assert before[1] == 1
     card = card_of(slack, lead)
@@ -180,7 +180,7 @@ def test_two_clicks_at_once_on_the_last_two_calls_resume_exactly_once(services, 
     settled(lambda: _resumes(conn, lead))
     assert _resumes(conn, lead) == 1
     assert len(tool_runs(env)) == 3 and len(model_calls(env)) == 2
-    settled_flags = [e for e in store.audit_trail(conn, lead) if e["event"] == "turn_decided"]
+    settled_flags = [e for e in store.audit.audit_trail(conn, lead) if e["event"] == "turn_decided"]
     assert len(settled_flags) == 1
 
 
@@ -224,7 +224,7 @@ def test_an_expired_call_counts_as_decided_and_the_others_run(services, slack, e
     outcome = run_agent("scripted", prompt, tools=[*TOOLS, tools.rotate_key])
     lead = outcome.pause_id
     assert lead is not None
-    turn = store.load(conn, lead).turn
+    turn = store.records.load(conn, lead).turn
     card = card_of(slack, lead)
     click(slack, services.bot_url, "approve", lead, "UALICE", card.ts)
     wait_status(conn, turn[1], Status.EXPIRED, timeout=20)
@@ -262,7 +262,7 @@ def test_async_chains_share_one_card_too(services, slack, env, conn):
         run_agent_async("scripted", prompt, tools=[tools.publish_post], requested_by="UREQ")
     )
     assert outcome.pause_id is not None
-    turn = store.load(conn, outcome.pause_id).turn
+    turn = store.records.load(conn, outcome.pause_id).turn
     assert len(turn) == 2
     card = card_of(slack, outcome.pause_id)
     assert _click_turn(slack, services.bot_url, APPROVE_ALL_ACTION, turn[0], card.ts) == 200
@@ -290,10 +290,10 @@ def test_a_turn_is_escalated_once_and_the_channel_decides_the_rest(
     wait_status(conn, lead, Status.APPROVED)
     (escalated,) = wait_until(lambda: slack.messages("C0ESC"), 20, "the escalated card")
     assert approve_values(escalated.blocks) == [turn[1]]  # the turn's card, as it stands
-    assert all(store.load(conn, i).escalated_at is not None for i in turn)
+    assert all(store.records.load(conn, i).escalated_at is not None for i in turn)
     click(slack, services.bot_url, "approve", turn[1], "UDAVE", escalated.ts)
     wait_status(conn, lead, Status.COMPLETED)
-    assert store.load(conn, turn[1]).decision.actor == "UDAVE"
+    assert store.records.load(conn, turn[1]).decision.actor == "UDAVE"
     assert settled(lambda: len(slack.messages("C0ESC"))) == 1
     assert _resumes(conn, lead) == 1 and len(tool_runs(env)) == 2
 
@@ -307,7 +307,7 @@ def test_a_call_whose_gate_stops_the_run_stops_the_whole_turn(services, slack, e
     outcome = run_agent("scripted", prompt, tools=[*TOOLS, tools.drop_table])
     lead = outcome.pause_id
     assert lead is not None
-    turn = store.load(conn, lead).turn
+    turn = store.records.load(conn, lead).turn
     card = card_of(slack, lead)
     assert submit_reject(services.bot_url, turn[1], "not in production")[0] == 200
     wait_status(conn, turn[1], Status.REJECTED)
@@ -346,10 +346,10 @@ def test_a_call_a_rule_settles_is_left_off_the_card_and_decided_on_resume(
         say("ok"),
     )
     lead, turn = _pause(conn, prompt)
-    assert [store.load(conn, i).arguments["path"] for i in turn] == ["/srv/a", "/srv/b"]
+    assert [store.records.load(conn, i).arguments["path"] for i in turn] == ["/srv/a", "/srv/b"]
     _approve_all_and_finish(services, slack, conn, lead)
     paths = [r["arguments"]["path"] for r in tool_runs(env, "delete_path")]
     assert paths == ["/srv/a", "/tmp/a", "/srv/b"]
-    (auto,) = [a for a in store.recent_decisions(conn, 50) if a.rule_id == "tmp-is-fine"]
+    (auto,) = [a for a in store.pending.recent_decisions(conn, 50) if a.rule_id == "tmp-is-fine"]
     assert auto.arguments == {"path": "/tmp/a"} and auto.id not in turn
     assert len(model_calls(env)) == 2

@@ -16,12 +16,13 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from standardwebhooks.webhooks import Webhook
 
-from approvals import queue, run_agent, store
+from approvals import run_agent, store
 from approvals.cli.main import cli
 from approvals.config import Settings
 from approvals.models import Policy, Status
 from approvals.ops.doctor import Level, check_webhooks
 from approvals.proof import webhooks
+from approvals.store import queue
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.e2e import card_of, click, wait_status
@@ -124,7 +125,7 @@ def test_every_state_change_is_delivered_signed_and_retried_with_one_id(hooked, 
     first_status, first_headers, _ = receiver.requests[0]
     assert first_status == 500
     assert attempts[first_headers["webhook-id"]][-1][0] == 204  # retried, with the same id
-    assert store.webhooks_failing(conn) == {}  # it answered since
+    assert store.outbox.webhooks_failing(conn) == {}  # it answered since
 
 
 def test_a_tampered_body_fails_the_receivers_verification(hooked, slack, conn):
@@ -143,7 +144,9 @@ def test_approvals_doctor_names_a_receiver_failing_for_a_day(env, conn, monkeypa
     monkeypatch.setenv("APPROVALS_WEBHOOK_URLS", "http://hooks.test/in?token=s3cret")
     monkeypatch.setenv("APPROVALS_WEBHOOK_SECRET", SECRET)
     conn.hset(
-        store.WEBHOOK_FAILING_KEY, "http://hooks.test/in?token=s3cret", repr(time.time() - 90_000)
+        store.keys.WEBHOOK_FAILING_KEY,
+        "http://hooks.test/in?token=s3cret",
+        repr(time.time() - 90_000),
     )
     result = CliRunner().invoke(cli, ["doctor", "--json"])
     [check] = [c for c in json.loads(result.output)["checks"] if c["name"] == "webhooks"]
@@ -158,9 +161,9 @@ def test_doctor_reports_a_receiver_failing_for_a_day(env, conn):
         {**env, "APPROVALS_WEBHOOK_URLS": "http://x/h", "APPROVALS_WEBHOOK_SECRET": SECRET}
     )
     assert check_webhooks(conn, settings).level is Level.OK
-    store.webhook_failed(conn, "http://x/h")
+    store.outbox.webhook_failed(conn, "http://x/h")
     assert check_webhooks(conn, settings).level is Level.OK
-    conn.hset(store.WEBHOOK_FAILING_KEY, "http://x/h", repr(time.time() - 90_000))
+    conn.hset(store.keys.WEBHOOK_FAILING_KEY, "http://x/h", repr(time.time() - 90_000))
     found = check_webhooks(conn, settings)
     assert found.level is Level.WARN
     assert "http://x/h" in found.message and "a day" in found.message
@@ -188,7 +191,7 @@ def test_a_gates_own_webhook_receives_its_events(env, conn):
     try:
         settings = Settings.from_env({**env, "APPROVALS_WEBHOOK_SECRET": SECRET})
         approval = make_approval(policy=Policy(webhook=receiver.url))
-        store.create(conn, approval, []).execute()
+        store.records.create(conn, approval, []).execute()
         assert webhooks.drain(conn, settings) == 1
         [job_id] = queue.get_queue(conn, settings).job_ids
         message_id, url = Job.fetch(job_id, connection=conn, serializer=JSONSerializer).args
@@ -208,9 +211,9 @@ def test_a_gates_own_webhook_receives_its_events(env, conn):
 def test_an_escalation_reaches_the_webhooks_as_approval_escalated(env, conn):
     """The escalation job audits "escalated"; the outbox turns it into its contract type."""
     approval = make_approval(id="esc1")
-    store.create(conn, approval, []).execute()
-    store.audit(conn, approval.id, "escalated", "system", to=["C0ESC"])
-    events = [json.loads(raw) for raw in conn.lrange(store.EVENTS_KEY, 0, -1)]
+    store.records.create(conn, approval, []).execute()
+    store.audit.append(conn, approval.id, "escalated", "system", to=["C0ESC"])
+    events = [json.loads(raw) for raw in conn.lrange(store.keys.EVENTS_KEY, 0, -1)]
     escalated = [e for e in events if e["event"] == "escalated"]
     assert len(escalated) == 1
     body = webhooks.body_of(conn, escalated[0])
@@ -224,9 +227,9 @@ def test_a_burst_of_pauses_is_worked_off_in_one_look(env, conn):
         {**env, "APPROVALS_WEBHOOK_SECRET": SECRET, "APPROVALS_WEBHOOK_URLS": "http://r.test/"}
     )
     for i in range(250):
-        store.create(conn, make_approval(id=f"burst{i}"), []).execute()
-    assert conn.llen(store.EVENTS_KEY) == 250
+        store.records.create(conn, make_approval(id=f"burst{i}"), []).execute()
+    assert conn.llen(store.keys.EVENTS_KEY) == 250
     assert webhooks.drain(conn, settings) == 250
-    assert conn.llen(store.EVENTS_KEY) == 0 and conn.llen(store.EVENTS_TAKING_KEY) == 0
+    assert conn.llen(store.keys.EVENTS_KEY) == 0 and conn.llen(store.keys.EVENTS_TAKING_KEY) == 0
     assert len(queue.get_queue(conn, settings).job_ids) == 250
     assert webhooks.drain(conn, settings, limit=100) == 0

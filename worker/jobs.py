@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import redis
 from slack_sdk import WebClient
 
-from approvals import queue, store
+from approvals import store
 from approvals.calls import agent, outcomes
 from approvals.config import Settings
 from approvals.decisions import reminders, review
@@ -31,6 +31,7 @@ from approvals.models import DECIDED, Approval, RunResult, Status, result_to_dic
 from approvals.ops.logs import bind_approval
 from approvals.proof import receipts
 from approvals.slack import web as slack
+from approvals.store import queue
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ RUNNING_AFTER = 1.0
 #: sleeping out a rate limit), so that the result is what the card shows last.
 NOTICE_WAIT = 15.0
 
-#: The flag (``store.claim``) that lets one attempt publish a run's result.
+#: The flag (``store.records.claim``) that lets one attempt publish a run's result.
 PUBLISHED = "result_published"
 #: The flag set once the result is on the card and in its thread.
 SHOWN = "result_shown"
@@ -72,7 +73,7 @@ def _settings() -> Settings:
 def _conn() -> redis.Redis:
     """The process's one Redis client, which the metrics and outcomes use too: a work-horse
     then opens one connection of its own, not one per client."""
-    return store.shared_connection(_settings())
+    return store.connection.shared_connection(_settings())
 
 
 @functools.cache
@@ -102,20 +103,24 @@ def post_card(approval_id: str) -> str | None:
     A short lock keeps two attempts (RQ runs jobs at least once) from posting it twice; if
     the holder dies, the lock lapses and a retry posts the card.
     """
-    approval = store.load(_conn(), approval_id)
+    approval = store.records.load(_conn(), approval_id)
     if approval.card_ts is not None:
         return None
-    if not store.lock(_conn(), approval_id, "card", ttl=CARD_LOCK_SECONDS):
+    if not store.records.lock(_conn(), approval_id, "card", ttl=CARD_LOCK_SECONDS):
         raise CardBeingPosted(approval_id)
     try:
-        if store.card_posted(_conn(), approval_id):  # by the attempt that held the lock before
+        if store.records.card_posted(
+            _conn(), approval_id
+        ):  # by the attempt that held the lock before
             return None
         ts = slack.post_card(_client(), approval)
         for call_id in approval.turn[1:]:  # the turn's other calls are on this card too
-            store.set_card(_conn(), call_id, ts)
-        recorded, now = store.record_card(_conn(), approval_id, ts)
+            store.records.set_card(_conn(), call_id, ts)
+        recorded, now = store.records.record_card(_conn(), approval_id, ts)
         if recorded:
-            store.audit(_conn(), approval_id, "card_posted", "bot", channel=approval.channel, ts=ts)
+            store.audit.append(
+                _conn(), approval_id, "card_posted", "bot", channel=approval.channel, ts=ts
+            )
         log.info("card posted in %s (ts %s)", approval.channel, ts)
         if now.status is Status.PENDING and any(
             c.status is not Status.PENDING or c.votes for c in now.turn_calls
@@ -123,7 +128,9 @@ def post_card(approval_id: str) -> str | None:
             slack.update_card(_client(), now)
             for call in now.turn_calls[1:]:
                 if call.status is not Status.PENDING:
-                    slack.announce_decision(_client(), _conn(), store.load(_conn(), call.id))
+                    slack.announce_decision(
+                        _client(), _conn(), store.records.load(_conn(), call.id)
+                    )
         # Someone may have clicked the card before its ts was recorded (see announce_decision).
         if now.status is not Status.PENDING:
             slack.announce_decision(_client(), _conn(), now)
@@ -132,13 +139,13 @@ def post_card(approval_id: str) -> str | None:
         return ts
     finally:
         # Posted: the card's ts stops any later attempt. Refused: the retry may post it.
-        store.unlock(_conn(), approval_id, "card")
+        store.records.unlock(_conn(), approval_id, "card")
 
 
 @_about_approval
 def announce_decision(approval_id: str) -> None:
     """Redraw the card and reply in its thread after a decision made outside Slack."""
-    slack.announce_decision(_client(), _conn(), store.load(_conn(), approval_id))
+    slack.announce_decision(_client(), _conn(), store.records.load(_conn(), approval_id))
 
 
 @_about_approval
@@ -154,40 +161,40 @@ def expire_approval(approval_id: str) -> str:
 @_about_approval
 def warn_expiry(approval_id: str) -> None:
     """Remind the thread that the approval expires soon, if it is still waiting."""
-    approval = store.load(_conn(), approval_id)
-    if approval.status is Status.PENDING and store.claim(_conn(), approval_id, "warned"):
+    approval = store.records.load(_conn(), approval_id)
+    if approval.status is Status.PENDING and store.records.claim(_conn(), approval_id, "warned"):
         slack.warn_expiry(_client(), approval)
-        store.audit(_conn(), approval_id, "expiry_warned", "system")
+        store.audit.append(_conn(), approval_id, "expiry_warned", "system")
 
 
 @_about_approval
 def remind_approvers(approval_id: str) -> None:
     """Remind the thread and each approver of a request still waiting; schedule the next."""
     conn, settings = _conn(), _settings()
-    approval = store.load(conn, approval_id)
+    approval = store.records.load(conn, approval_id)
     round_ = reminders.due_round(approval, time.time())
     if approval.status is not Status.PENDING or round_ < 1:
         return
     following = reminders.next_reminder_at(approval, round_)
     if following is not None:  # first, so a failed post does not end the reminders
-        store.add_deadline(conn, queue.REMIND_DEADLINE, approval_id, following)
+        store.deadlines.add_deadline(conn, queue.REMIND_DEADLINE, approval_id, following)
     if not _acts_for_card(conn, approval):
         return
     # Claimed on the card's approval (the turn's lead), so each round is sent once per card.
-    if not store.claim(conn, approval.turn_lead, f"reminded_{round_}"):
+    if not store.records.claim(conn, approval.turn_lead, f"reminded_{round_}"):
         return
     client = _client()
     people = reminders.approvers_to_remind(
         settings, approval, lambda group: slack.group_members(client, conn, group)
     )
     slack.remind(client, approval, people, round_, reminders.MAX_REMINDERS)
-    store.audit(conn, approval_id, "reminded", "system", round=round_, people=people)
+    store.audit.append(conn, approval_id, "reminded", "system", round=round_, people=people)
 
 
 def _acts_for_card(conn: redis.Redis, approval: Approval) -> bool:
     """Whether this approval's reminder or escalation speaks for its card: a turn's card is
     spoken for by its first call still waiting, not once per call."""
-    pending = store.turn_pending(conn, approval.turn) if approval.in_turn else [approval.id]
+    pending = store.turns.turn_pending(conn, approval.turn) if approval.in_turn else [approval.id]
     return reminders.acts_for_card(approval, pending)
 
 
@@ -195,40 +202,40 @@ def _acts_for_card(conn: redis.Redis, approval: Approval) -> bool:
 def escalate_approval(approval_id: str) -> None:
     """Post a request nobody decided to ``escalate_to``, once; its groups may then decide."""
     conn = _conn()
-    approval = store.load(conn, approval_id)
+    approval = store.records.load(conn, approval_id)
     if approval.status is not Status.PENDING or not approval.escalate_to:
         return
     if not _acts_for_card(conn, approval):
         return
     # The whole card is escalated: every call of a turn, claimed on the card's approval.
     whole = list(approval.turn) if approval.in_turn else [approval_id]
-    if not store.claim(conn, approval.turn_lead, "escalated"):
+    if not store.records.claim(conn, approval.turn_lead, "escalated"):
         return
     for call_id in whole:
         if call_id != approval.turn_lead:
-            store.claim(conn, call_id, "escalated")
-    approval = store.load(conn, approval_id)  # with its escalation time, for the cards
+            store.records.claim(conn, call_id, "escalated")
+    approval = store.records.load(conn, approval_id)  # with its escalation time, for the cards
     channels = reminders.escalation_channels(approval)
     try:
         slack.escalate(_client(), approval, channels, reminders.escalation_groups(approval))
     except Exception:
         # Slack refused or was away: try again shortly, as a deadline like the first.
         for call_id in whole:
-            store.release(conn, call_id, "escalated")
-        store.add_deadline(conn, queue.ESCALATE_DEADLINE, approval_id, time.time() + 30)
+            store.records.release(conn, call_id, "escalated")
+        store.deadlines.add_deadline(conn, queue.ESCALATE_DEADLINE, approval_id, time.time() + 30)
         raise
-    store.audit(conn, approval_id, "escalated", "system", to=list(approval.escalate_to))
+    store.audit.append(conn, approval_id, "escalated", "system", to=list(approval.escalate_to))
 
 
 @_about_approval
 def announce_grant_use(approval_id: str) -> None:
     """Post the compact line for a call a grant let through (once, whatever RQ retries)."""
-    approval = store.load(_conn(), approval_id)
-    if store.claim(_conn(), approval_id, "grant_line_posted"):
+    approval = store.records.load(_conn(), approval_id)
+    if store.records.claim(_conn(), approval_id, "grant_line_posted"):
         try:
             slack.post_grant_use(_client(), approval)
         except Exception:
-            store.release(_conn(), approval_id, "grant_line_posted")  # RQ retries it
+            store.records.release(_conn(), approval_id, "grant_line_posted")  # RQ retries it
             raise
 
 
@@ -241,20 +248,20 @@ def resume_approval(approval_id: str) -> str:
     recovery (``approvals.decisions.recovery``) tell a live run from one whose worker died.
     """
     conn, settings = _conn(), _settings()
-    turn = store.turn_of(conn, approval_id)
+    turn = store.turns.turn_of(conn, approval_id)
     if turn and turn[0] != approval_id:
         log.warning("approval %s resumes with its turn's lead %s", approval_id, turn[0])
         return "skipped"
-    if turn and store.turn_pending(conn, turn):
+    if turn and store.turns.turn_pending(conn, turn):
         log.warning("approval %s: its turn still waits for decisions", approval_id)
         return "skipped"
     # The lease comes with the move: a running approval without one is taken for dead.
-    taken = store.transition(
+    taken = store.transitions.transition(
         conn,
         approval_id,
         Status.RUNNING,
         sources=DECIDED,
-        event=store.audit_entry("resume_started", "worker"),
+        event=store.audit.audit_entry("resume_started", "worker"),
         lease=LEASE_SECONDS,
     ).ok
     if not taken:
@@ -270,7 +277,7 @@ def resume_approval(approval_id: str) -> str:
 
 
 def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
-    approval, history = store.load_with_history(conn, approval_id)
+    approval, history = store.records.load_with_history(conn, approval_id)
     # The card says "running" when the run takes a while; the update must not delay the
     # tool, so its clock starts once the tool has (or now, when the tool is not to run).
     shown: list[threading.Timer] = []
@@ -314,7 +321,7 @@ def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
     if finished and not approval.in_turn:  # what was just stored, without reading it back
         approval.status, approval.result = result.status, result
     else:  # moved on meanwhile (recovery took it for dead): show what the record says
-        approval = store.load(conn, approval_id)
+        approval = store.records.load(conn, approval_id)
     _publish_now(approval, finished)
     return result.status.value
 
@@ -333,7 +340,9 @@ def _note_expired_receipt(conn: redis.Redis, approval: Approval) -> None:
     late = time.time() - expires
     if late > 0:
         log.warning("approval %s: its receipt expired %.0f s before the run", approval.id, late)
-        store.audit(conn, approval.id, "receipt_expired", "worker", seconds_late=f"{late:.0f}")
+        store.audit.append(
+            conn, approval.id, "receipt_expired", "worker", seconds_late=f"{late:.0f}"
+        )
 
 
 def _left_unshown(conn: redis.Redis, approval_id: str) -> Approval | None:
@@ -343,10 +352,10 @@ def _left_unshown(conn: redis.Redis, approval_id: str) -> Approval | None:
     RQ runs a job again only once the attempt before it is over (it raised, or its worker or
     work-horse died), so nothing else is showing this result now.
     """
-    published, shown = store.flags(conn, approval_id, PUBLISHED, SHOWN)
+    published, shown = store.records.flags(conn, approval_id, PUBLISHED, SHOWN)
     if not published or shown:
         return None
-    approval = store.load(conn, approval_id)
+    approval = store.records.load(conn, approval_id)
     ended = approval.status in (Status.COMPLETED, Status.FAILED, Status.PAUSED)
     return approval if ended else None
 
@@ -363,9 +372,9 @@ def _record_turn_end(
     for call_id in lead.turn[1:]:
         ran_with, output = calls.get(call_id, (None, None))
         own = dataclasses.replace(result, executed_arguments=ran_with, tool_output=output)
-        moved = store.transition(
+        moved = store.transitions.transition(
             conn, call_id, Status.RUNNING, sources=DECIDED, lease=LEASE_SECONDS,
-            event=store.audit_entry("resume_started", "worker", turn=lead.id),
+            event=store.audit.audit_entry("resume_started", "worker", turn=lead.id),
         ).ok  # fmt: skip
         if moved:
             _record_end(
@@ -379,7 +388,7 @@ def _finish_run(conn: redis.Redis, settings: Settings, approval_id: str) -> None
     """Store the run's outcome and queue its ``on_finish``; a failure here is logged, never
     keeps the card from showing the result (``wait`` still reads the end from the records)."""
     try:
-        outcomes.finish_run(conn, settings, store.load(conn, approval_id))
+        store.runs.finish_run(conn, settings, store.records.load(conn, approval_id))
     except Exception:
         log.exception("could not record the outcome of the run of approval %s", approval_id)
 
@@ -387,7 +396,7 @@ def _finish_run(conn: redis.Redis, settings: Settings, approval_id: str) -> None
 def _wake(conn: redis.Redis, run_id: str, ttl: int) -> None:
     """Tell the run's waiters it paused again (``wait(follow=False)`` returns at that)."""
     try:
-        store.wake_run(conn, run_id, "paused", ttl)
+        store.runs.wake_run(conn, run_id, "paused", ttl)
     except redis.RedisError:  # waiters look again on their own within seconds
         log.warning("could not wake the waiters of run %s", run_id, exc_info=True)
 
@@ -402,12 +411,12 @@ def _record_end(
 ) -> bool:
     """Move a run to how it ended, with its audit event, in one step; False if it had been
     moved on meanwhile (the event is recorded all the same: the run did happen)."""
-    entry = store.audit_entry(event, "worker", **details)
-    moved = store.transition(
+    entry = store.audit.audit_entry(event, "worker", **details)
+    moved = store.transitions.transition(
         conn, approval_id, end, fields, sources=[Status.RUNNING], event=entry
     ).ok
     if not moved:
-        store.audit(conn, approval_id, event, "worker", **details)
+        store.audit.append(conn, approval_id, event, "worker", **details)
     return moved
 
 
@@ -419,7 +428,7 @@ def _run(
     history: bytes | None,
 ) -> tuple[RunResult, dict[str, tuple[dict[str, Any] | None, str | None]]]:
     try:
-        saved = store.parse_history(approval.id, history)  # a broken one fails the run
+        saved = store.records.parse_history(approval.id, history)  # a broken one fails the run
         # Each released call is handed its own receipt as it starts (agent's before_call);
         # whatever else the resume runs, before or after, gets none.
         with receipts.holding(None):
@@ -481,7 +490,9 @@ def _lease_kept(conn: redis.Redis, approval_id: str) -> Iterator[None]:
     A run that ends normally has moved out of ``running``, which ended the lease; one that
     raised drops it here.
     """
-    renewal = _Renewal(LEASE_SECONDS / 3, store.hold_lease, args=(conn, approval_id, LEASE_SECONDS))
+    renewal = _Renewal(
+        LEASE_SECONDS / 3, store.leases.hold_lease, args=(conn, approval_id, LEASE_SECONDS)
+    )
     renewal.daemon = True
     renewal.start()
     ended = False
@@ -492,7 +503,7 @@ def _lease_kept(conn: redis.Redis, approval_id: str) -> Iterator[None]:
         renewal.cancel()
         renewal.join()  # a renewal under way lands before the lease is dropped
         if not ended:
-            store.drop_lease(conn, approval_id)
+            store.leases.drop_lease(conn, approval_id)
 
 
 class _Renewal(threading.Timer):
@@ -513,25 +524,25 @@ class _Renewal(threading.Timer):
 @_about_approval
 def announce_interrupted(approval_id: str) -> None:
     """Show an interrupted run on the card, with Retry, and explain it in the thread."""
-    slack.announce_interrupted(_client(), store.load(_conn(), approval_id))
+    slack.announce_interrupted(_client(), store.records.load(_conn(), approval_id))
 
 
 @_about_approval
 def publish_result(approval_id: str) -> None:
     """Show the run's end on the card and in its thread (once, even if retried)."""
-    _publish(store.load(_conn(), approval_id))
+    _publish(store.records.load(_conn(), approval_id))
 
 
 def _publish(approval: Approval, claimed: bool = False) -> None:
     conn = _conn()
-    if not claimed and not store.claim(conn, approval.id, PUBLISHED):
+    if not claimed and not store.records.claim(conn, approval.id, PUBLISHED):
         return
     try:
         slack.announce_result(_client(), approval)
     except Exception:
-        store.release(conn, approval.id, PUBLISHED)  # let RQ's retry try again
+        store.records.release(conn, approval.id, PUBLISHED)  # let RQ's retry try again
         raise
-    store.claim(conn, approval.id, SHOWN)
+    store.records.claim(conn, approval.id, SHOWN)
 
 
 def call_on_finish(run_id: str) -> str:

@@ -41,7 +41,7 @@ from approvals.errors import ConfigError
 from approvals.ops import retention
 from approvals.ops.logs import configure_logging
 from approvals.proof import webhooks
-from approvals.queue import Job, get_queue
+from approvals.store.queue import Job, get_queue
 from approvals.worker import jobs  # imported here, once: forked work-horses inherit it
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ JOB_MONITORING_INTERVAL = 5
 def run_worker(settings: Settings, *, burst: bool = False, name: str | None = None) -> bool:
     """Run an RQ worker on the approvals queue until stopped (or, with ``burst``, until idle)."""
     _prepare(settings)
-    conn = store.connect(settings)
+    conn = store.connection.connect(settings)
     rq_worker = _worker_class(settings)(
         [get_queue(conn, settings)],
         connection=conn,
@@ -84,7 +84,7 @@ def run_pool(settings: Settings, processes: int) -> None:
     worker, and every work-horse after it, inherits them.
     """
     _prepare(settings)
-    conn = store.connect(settings)
+    conn = store.connection.connect(settings)
     factory = functools.partial(_pooled_worker, settings)
     pool = WorkerPool(
         [settings.queue],
@@ -189,7 +189,7 @@ def _every(
     stopped = stop or threading.Event()
 
     def loop() -> None:
-        conn = store.connect(settings)
+        conn = store.connection.connect(settings)
         failing = False
         while not stopped.is_set():
             try:

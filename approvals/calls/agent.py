@@ -22,10 +22,9 @@ import llm
 import redis
 from llm.parts import Message, ToolCallPart, ToolResultPart
 
-from approvals import queue, store
+from approvals import store
 from approvals.calls import llm_log, outcomes
 from approvals.calls.gate import Gate, Screening, current_approval, gate_of, released, screened
-from approvals.calls.outcomes import Outcome
 from approvals.calls.plugins import (
     AsyncModel,
     SyncModel,
@@ -51,9 +50,12 @@ from approvals.models import (
     DecisionKind,
     SiblingResult,
 )
+from approvals.models.grant import Call
+from approvals.models.outcome import Outcome
 from approvals.proof import receipts
 from approvals.secrets import secret_names
 from approvals.slack.limits import SIBLING_PREVIEW
+from approvals.store import queue
 
 _LLM_VERSION = importlib.metadata.version("llm")
 
@@ -237,7 +239,7 @@ def _new_run(
     asynchronous: bool,
 ) -> _RunContext:
     return _RunContext(
-        conn=store.shared_connection(settings),
+        conn=store.connection.shared_connection(settings),
         settings=settings,
         model_id=model_id,
         agent=agent,
@@ -290,7 +292,7 @@ def resume(
 
     ``on_tool_start`` is called once the gated call is marked started, just before it runs,
     so that work around the run (updating the card) never delays the tool. ``saved`` is the
-    history when the caller has read it already (``store.load_with_history``). A run started
+    history when the caller has read it already (``store.records.load_with_history``). A run started
     with ``run_agent_async`` resumes on llm's async API, in an event loop of its own.
 
     Raises:
@@ -299,7 +301,7 @@ def resume(
     decision = approval.decision
     assert decision is not None, "resume() needs a decided approval"
     if saved is None:
-        saved = store.load_history(conn, approval.id)
+        saved = store.records.load_history(conn, approval.id)
     history = [Message.from_dict(m) for m in saved]  # type: ignore[arg-type]
     tools = import_tools(approval.tools, settings.tool_modules)
     ran: dict[str, dict[str, Any]] = {}
@@ -361,7 +363,7 @@ def resume(
 
 def _decided_turn(approval: Approval) -> list[Approval]:
     """The calls this resume carries out as decided: the approval alone, or every call of
-    its turn (read with it, ``store.load``), each with its own decision."""
+    its turn (read with it, ``store.records.load``), each with its own decision."""
     if not approval.in_turn:
         return [approval]
     others = {a.id: a for a in approval.turn_calls if a.id != approval.id}
@@ -406,7 +408,7 @@ def _decision_hooks(
         refused = refusal_text(decision)
         if refused is not None:
             raise llm.CancelToolCall(refused)
-        if decision.kind.runs_tool and not store.mark_tool_started(conn, approval.id):
+        if decision.kind.runs_tool and not store.records.mark_tool_started(conn, approval.id):
             raise ToolAlreadyStarted(f"{approval.tool_name} was already started for {approval.id}")
         if decision.kind.runs_tool and on_tool_start is not None and not started:
             on_tool_start()
@@ -423,7 +425,7 @@ def _decision_hooks(
             return
         decision = approval.decision
         if decision.kind.runs_tool:
-            store.mark_tool_finished(conn, approval.id)
+            store.records.mark_tool_finished(conn, approval.id)
             receipts.hold(None)  # the receipt is for this call only, not what the chain does next
         ran[approval.id] = {"arguments": dict(call.arguments), "output": result.output}
         if decision.kind is DecisionKind.EDIT:
@@ -631,7 +633,7 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
     for approval, waits, events in made:
         # Only the lead is a pause of the run (and holds the history the resume starts from);
         # the outcome finds the others through it.
-        pipe = store.create(
+        pipe = store.records.create(
             context.conn, approval, history if approval is lead else [], run_ttl=run_ttl,
             events=events, pipeline=pipe, in_run=approval is lead,
         )  # fmt: skip
@@ -705,7 +707,7 @@ def _look_ahead(
             return False, verdict
     if not gate.policy.allows_grants:
         return False, verdict
-    wanted = grants.Call(
+    wanted = Call(
         tool=call.name,
         agent=context.agent,
         requester=context.requested_by or "",

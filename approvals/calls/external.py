@@ -5,8 +5,9 @@ same rules (approvers and groups, self-approval, quorum, Edit checked against a 
 Reject with a reason, Respond), the same expiry, reminders and audit trail, and is put to the
 same policy rules and grants first (``automatic``), which may decide it at once. Only what follows
 a decision differs: there is no chain to resume, so ``review`` wakes the caller waiting for
-the answer (``store.wake_caller``) instead of queuing a resume, and the caller reports what it
-then did with ``report_result``, which ends the approval and is shown in the card's thread.
+the answer (``store.callers.wake_caller``) instead of queuing a resume, and the caller
+reports what it then did with ``report_result``, which ends the approval and is shown in the
+card's thread.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import redis
 
-from approvals import queue, store
+from approvals import store
 from approvals.config import Settings
 from approvals.decisions import automatic, policy, reminders
 from approvals.decisions.schemas import validate_arguments
@@ -27,6 +28,7 @@ from approvals.errors import ConfigError, NotAllowed, UnknownApproval
 from approvals.models import Approval, DecisionKind, Policy, RunResult, Status, ToolRef
 from approvals.models import result_to_dict as _result_to_dict
 from approvals.secrets import secret_names
+from approvals.store import queue
 
 #: Stands where a paused llm call names its model: an external approval resumes no model.
 EXTERNAL_MODEL = "external"
@@ -116,14 +118,14 @@ def ask(conn: redis.Redis, settings: Settings, request: ExternalRequest) -> tupl
     digest = _key_digest(request.idempotency_key)
     if digest is not None:
         ttl = int(waits) + settings.result_ttl
-        first = store.claim_idempotency(conn, request.agent, digest, approval.id, ttl)
+        first = store.callers.claim_idempotency(conn, request.agent, digest, approval.id, ttl)
         if first is not None:
-            return store.load(conn, first), False
+            return store.records.load(conn, first), False
     try:
         _decide_or_save(conn, settings, approval, verdict)
     except BaseException:
         if digest is not None:  # let a retry of the same key create it
-            store.forget_idempotency(conn, request.agent, digest)
+            store.callers.forget_idempotency(conn, request.agent, digest)
         raise
     return approval, True
 
@@ -183,7 +185,9 @@ def _new_approval(
 
 def _save(conn: redis.Redis, settings: Settings, approval: Approval, events: list[str]) -> None:
     """The pending approval, its card job and its deadlines: all of them, or none."""
-    pipe = store.create(conn, approval, [], run_ttl=_run_ttl(settings, approval), events=events)
+    pipe = store.records.create(
+        conn, approval, [], run_ttl=_run_ttl(settings, approval), events=events
+    )
     queue.enqueue_card(conn, settings, approval.id, pipeline=pipe)
     queue.schedule_expiry(
         conn, settings, approval.id, approval.created_at, approval.expires_at, pipeline=pipe
@@ -212,7 +216,7 @@ def report_result(
         UnknownApproval: no such approval, or not an external one.
         NotAllowed: it is not decided yet, was rejected or expired, or was reported already.
     """
-    approval = store.load(conn, approval_id)
+    approval = store.records.load(conn, approval_id)
     if not approval.external:
         raise UnknownApproval(approval_id)
     if approval.status not in ACTED_ON:
@@ -228,16 +232,20 @@ def report_result(
     )
     # Through ``running``, as every decision that goes ahead: the first report wins that move,
     # and the lease it takes lets recovery settle a reporter that died between the two steps.
-    taken = store.transition(conn, approval_id, Status.RUNNING, sources=ACTED_ON, lease=30)
+    taken = store.transitions.transition(
+        conn, approval_id, Status.RUNNING, sources=ACTED_ON, lease=30
+    )
     if not taken.ok:
         raise NotAllowed(f"there is nothing to report: this request is {taken.previous}")
-    entry = store.audit_entry("result_reported", approval.agent, ok=ok, output=output[:2000])
+    entry = store.audit.audit_entry("result_reported", approval.agent, ok=ok, output=output[:2000])
     fields = {"result": json.dumps(_result_to_dict(result))}
-    store.transition(conn, approval_id, end, fields, sources=[Status.RUNNING], event=entry)
+    store.transitions.transition(
+        conn, approval_id, end, fields, sources=[Status.RUNNING], event=entry
+    )
     if decision is None or not decision.automatic:
         # A rule's or a grant's decision has no card to show it on: the audit trail has it.
         queue.enqueue_publish(conn, settings, approval_id)
-    return store.load(conn, approval_id)
+    return store.records.load(conn, approval_id)
 
 
 def answer(approval: Approval) -> dict[str, Any]:
@@ -289,11 +297,11 @@ def by_idempotency_key(conn: redis.Redis, agent: str, key: str) -> Approval | No
     finds the approval of a call it reports on this way)."""
     digest = _key_digest(key)
     assert digest is not None
-    approval_id = store.idempotent_id(conn, agent, digest)
+    approval_id = store.callers.idempotent_id(conn, agent, digest)
     if approval_id is None:
         return None
     try:
-        approval = store.load(conn, approval_id)
+        approval = store.records.load(conn, approval_id)
     except UnknownApproval:
         return None  # removed by retention, or its creation failed
     return approval if approval.external and approval.agent == agent else None
@@ -301,5 +309,5 @@ def by_idempotency_key(conn: redis.Redis, agent: str, key: str) -> Approval | No
 
 def pending_of(conn: redis.Redis, agent: str, limit: int = 100) -> list[Approval]:
     """The pending external approvals of one agent, newest first."""
-    page = store.pending_page(conn, lambda a: a.external and a.agent == agent, 0, limit)
+    page = store.pending.pending_page(conn, lambda a: a.external and a.agent == agent, 0, limit)
     return page.approvals

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from approvals import queue, store
+from approvals import store
 from approvals.config import Settings
 from approvals.decisions import grants, policy
 from approvals.decisions.review import CLI_ACTOR_PREFIX, decide, retry
@@ -26,6 +26,7 @@ from approvals.errors import ApprovalsError
 from approvals.models import Approval, DecisionKind
 from approvals.ops import lookup
 from approvals.slack.cards import decision_line, plain_text
+from approvals.store import queue
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -134,7 +135,9 @@ def worker_run(
     from approvals.ops import metrics
     from approvals.worker.main import run_pool, run_worker
 
-    with store.connect(settings) as conn:  # Redis down: one line now, before loading tools
+    with store.connection.connect(
+        settings
+    ) as conn:  # Redis down: one line now, before loading tools
         conn.ping()
     if metrics_port is not None:
         port = metrics.serve(settings, metrics_port)
@@ -151,7 +154,7 @@ def worker_run(
 @pass_settings
 def pending_list(settings: Settings, as_json: bool, limit: int) -> None:
     """List the approvals waiting for a decision, newest first."""
-    approvals = store.pending(store.connect(settings), limit=limit)
+    approvals = store.pending.pending(store.connection.connect(settings), limit=limit)
     if not approvals and not as_json:
         click.echo("Nothing is waiting for approval.")
     for approval in approvals:
@@ -185,7 +188,7 @@ def reject_one(settings: Settings, approval_id: str, reason: str | None) -> None
 @pass_settings
 def retry_one(settings: Settings, approval_id: str) -> None:
     """Run an interrupted approval's tool again (only if running it twice is safe)."""
-    conn = store.connect(settings)
+    conn = store.connection.connect(settings)
     retry(conn, settings, approval_id, CLI_ACTOR_PREFIX + getpass.getuser())
     queue.enqueue_announce(conn, settings, approval_id)
     click.echo(f"{approval_id}: retried; a worker runs it again.")
@@ -201,7 +204,7 @@ def retry_one(settings: Settings, approval_id: str) -> None:
 @pass_settings
 def show_one(settings: Settings, approval_id: str, verify: bool) -> None:
     """Print an approval's record and its audit trail (from Redis, else the archive)."""
-    conn = store.connect(settings)
+    conn = store.connection.connect(settings)
     if verify:
         _verify_trail(settings, conn, approval_id)
     approval, trail = lookup.find_approval(conn, settings, approval_id)
@@ -221,7 +224,7 @@ def show_one(settings: Settings, approval_id: str, verify: bool) -> None:
 def result_show(settings: Settings, some_id: str, as_json: bool) -> None:
     """Print how a run ended, or where it is now (ID: a pause id or a run id; from Redis,
     else the archive)."""
-    outcome = lookup.find_outcome(store.connect(settings), settings, some_id)
+    outcome = lookup.find_outcome(store.connection.connect(settings), settings, some_id)
     if as_json:
         click.echo(json.dumps(outcome.to_dict(), ensure_ascii=False))
         return
@@ -262,7 +265,9 @@ def audit_group() -> None:
 def audit_export(settings: Settings, since: str, output: str) -> None:
     """Print the audit events of every approval, from Redis and the archive."""
     start = _since(since, time.time())
-    for approval_id, event in lookup.audit_events(store.connect(settings), settings, start):
+    for approval_id, event in lookup.audit_events(
+        store.connection.connect(settings), settings, start
+    ):
         click.echo(json.dumps({"approval_id": approval_id, **event}, ensure_ascii=False))
 
 
@@ -299,7 +304,7 @@ def retention_backfill(settings: Settings) -> None:
     when due. Run it once after upgrading; running it again changes nothing."""
     from approvals.ops import retention
 
-    noted = retention.backfill(store.connect(settings))
+    noted = retention.backfill(store.connection.connect(settings))
     click.echo(f"{noted} finished approvals noted; workers remove them when due")
 
 
@@ -329,7 +334,7 @@ def _verify_trail(settings: Settings, conn: Any, approval_id: str) -> None:
     lines = lookup.find_audit_lines(conn, settings, approval_id)
     check = audit.check_lines(approval_id, lines, keys.jwks(settings))
     problems = list(check.problems)
-    if store.owing(conn, [approval_id]):
+    if store.owed.owing(conn, [approval_id]):
         problems.append(
             "its decision is recorded, but not yet what follows it (the audit entry, the "
             "receipt): a worker carries that out within a minute"
@@ -347,7 +352,7 @@ def _decide(settings: Settings, approval_id: str, kind: DecisionKind, reason: st
     from approvals.proof import keys
 
     keys.public_keys(settings)  # an unreadable signing key stops here, before deciding
-    conn = store.connect(settings)
+    conn = store.connection.connect(settings)
     approval = decide(
         conn, settings, approval_id, kind, CLI_ACTOR_PREFIX + getpass.getuser(), reason=reason
     )
@@ -499,7 +504,7 @@ def tokens_create(settings: Settings, agent: str, tools: str) -> None:
     from approvals.proof.tokens import create_token
 
     names = tuple(name.strip() for name in tools.split(",") if name.strip())
-    token, secret = create_token(store.connect(settings), agent, names)
+    token, secret = create_token(store.connection.connect(settings), agent, names)
     click.echo(f"token {token.id} for agent {agent!r} (store it now: it is not shown again)")
     click.echo(secret)
 
@@ -572,7 +577,7 @@ def tokens_list(settings: Settings) -> None:
     """List tokens: id, agent, tools, created (never the tokens themselves)."""
     from approvals.proof.tokens import list_tokens
 
-    for token in list_tokens(store.connect(settings)):
+    for token in list_tokens(store.connection.connect(settings)):
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(token.created_at))
         click.echo(f"{token.id}  {token.agent}  {','.join(token.tools) or '*'}  {created}")
 
@@ -584,7 +589,7 @@ def tokens_revoke(settings: Settings, token_id: str) -> None:
     """Revoke a token by its id (from ``approvals tokens list``)."""
     from approvals.proof.tokens import revoke_token
 
-    if not revoke_token(store.connect(settings), token_id):
+    if not revoke_token(store.connection.connect(settings), token_id):
         raise click.ClickException(f"no token with id {token_id!r}")
     click.echo(f"token {token_id} revoked")
 
@@ -600,7 +605,7 @@ def grants_group() -> None:
 def grants_list(settings: Settings, as_json: bool) -> None:
     """Every grant, newest first, live, expired or revoked."""
     now = time.time()
-    for grant in grants.list_grants(store.connect(settings)):
+    for grant in grants.list_grants(store.connection.connect(settings)):
         if as_json:
             click.echo(json.dumps(grants.to_dict(grant)))
             continue
@@ -622,7 +627,7 @@ def grants_list(settings: Settings, as_json: bool) -> None:
 def grants_revoke(settings: Settings, grant_id: str) -> None:
     """Revoke a grant: calls it covered wait for a person again."""
     actor = CLI_ACTOR_PREFIX + getpass.getuser()
-    grants.revoke(store.connect(settings), settings, grant_id, actor, is_operator=True)
+    grants.revoke(store.connection.connect(settings), settings, grant_id, actor, is_operator=True)
     click.echo(f"revoked {grant_id}")
 
 

@@ -21,10 +21,12 @@ from typing import Any
 
 import redis
 
-from approvals import queue, store
+from approvals import store
 from approvals.config import Settings
 from approvals.decisions import grants, policy
 from approvals.models import Approval, DecidedBy, Decision, DecisionKind, decision_to_dict
+from approvals.models.grant import Call, Grant
+from approvals.store import queue
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +59,12 @@ def grants_may_decide(verdict: policy.Verdict | None) -> bool:
     return verdict is None or (verdict.action is policy.Action.ASK and verdict.error is None)
 
 
-def take_grant(
-    conn: redis.Redis, approval: Approval, arguments: Mapping[str, Any]
-) -> grants.Grant | None:
+def take_grant(conn: redis.Redis, approval: Approval, arguments: Mapping[str, Any]) -> Grant | None:
     """A live grant covering the call, with one use taken atomically (None: none, or the
     approval's policy allows no grants)."""
     if not approval.policy.allows_grants:
         return None
-    wanted = grants.Call(
+    wanted = Call(
         tool=approval.tool_name,
         agent=approval.agent,
         requester=approval.requested_by or "",
@@ -92,7 +92,7 @@ def record_rule_decision(
         rule_id=rule.id,
     )
     approval.rule_id = rule.id
-    event = store.audit_entry(
+    event = store.audit.audit_entry(
         decision.kind.status.value, decision.actor, rule=rule.id, reason=decision.reason or ""
     )
     _record(conn, approval, decision, [*verdict_events(verdict), event])
@@ -103,7 +103,7 @@ def record_grant_decision(
     conn: redis.Redis,
     settings: Settings,
     approval: Approval,
-    grant: grants.Grant,
+    grant: Grant,
     verdict: policy.Verdict | None,
 ) -> Decision:
     """Write ``approval`` already approved by ``grant`` (audited with the grant and its
@@ -120,7 +120,7 @@ def record_grant_decision(
     )
     events = verdict_events(verdict) if verdict is not None else []
     events.append(
-        store.audit_entry("approved", decision.actor, grant=grant.id,
+        store.audit.audit_entry("approved", decision.actor, grant=grant.id,
                           grant_creator=grant.created_by, scope=grant.scope.value)
     )  # fmt: skip
     _record(conn, approval, decision, events)
@@ -133,23 +133,25 @@ def _record(conn: redis.Redis, approval: Approval, decision: Decision, events: l
     approval.decision = decision
     approval.status = decision.kind.status
     approval.expires_at = approval.created_at
-    first = store.audit_entry("paused", approval.agent, tool=approval.tool_name)
+    first = store.audit.audit_entry("paused", approval.agent, tool=approval.tool_name)
     encoded = json.dumps(decision_to_dict(decision))
-    store.record_automatic(conn, approval, decision.kind.status, encoded, [first, *events])
+    store.records.record_automatic(conn, approval, decision.kind.status, encoded, [first, *events])
 
 
 def verdict_events(verdict: policy.Verdict) -> list[str]:
     """Audit lines for what the shadow rules would have done, for a rule that failed, and for
     a ``require`` rule that set the review."""
     events = [
-        store.audit_entry("rule_shadow", RULE_ACTOR_PREFIX + r.id, rule=r.id, would=r.action.value)
+        store.audit.audit_entry(
+            "rule_shadow", RULE_ACTOR_PREFIX + r.id, rule=r.id, would=r.action.value
+        )
         for r in verdict.shadows
     ]
     if verdict.error is not None:
-        events.append(store.audit_entry("rule_failed", "system", error=verdict.error))
+        events.append(store.audit.audit_entry("rule_failed", "system", error=verdict.error))
     if verdict.rule is not None and verdict.action is policy.Action.REQUIRE:
         events.append(
-            store.audit_entry("rule_required", RULE_ACTOR_PREFIX + verdict.rule.id,
+            store.audit.audit_entry("rule_required", RULE_ACTOR_PREFIX + verdict.rule.id,
                               rule=verdict.rule.id)
         )  # fmt: skip
     return events

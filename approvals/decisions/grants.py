@@ -20,8 +20,7 @@ import json
 import secrets
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
-from enum import StrEnum
+from dataclasses import asdict
 from typing import Any
 
 import redis
@@ -31,121 +30,7 @@ from approvals.config import Settings
 from approvals.decisions.review import GroupMembers, _no_groups, decide, precheck
 from approvals.errors import CorruptRecord, NotAllowed
 from approvals.models import Approval, DecisionKind
-from approvals.secrets import DEFAULT_SECRET_NAMES, MASK, mask, secret_names
-
-HOUR = 3600.0
-#: A run grant lasts as long as a run may reasonably wait; it matches only its own run.
-RUN_GRANT_SECONDS = 24 * HOUR
-
-
-class Scope(StrEnum):
-    CALL = "call"
-    RUN = "run"
-    HOURS_1 = "1h"
-    HOURS_8 = "8h"
-    HOURS_24 = "24h"
-    ARGUMENTS = "arguments"
-
-    @property
-    def label(self) -> str:
-        """The option's text on the card (a contract: tools outside read these)."""
-        return _LABELS[self]
-
-    @property
-    def lasts(self) -> float | None:
-        """Seconds a grant of this scope lives (None: until revoked)."""
-        return {
-            Scope.RUN: RUN_GRANT_SECONDS,
-            Scope.HOURS_1: HOUR,
-            Scope.HOURS_8: 8 * HOUR,
-            Scope.HOURS_24: 24 * HOUR,
-        }.get(self)
-
-
-_LABELS = {
-    Scope.CALL: "Just this call",
-    Scope.RUN: "This tool, this run",
-    Scope.HOURS_1: "This tool for 1 hour",
-    Scope.HOURS_8: "This tool for 8 hours",
-    Scope.HOURS_24: "This tool for 24 hours",
-    Scope.ARGUMENTS: "These exact arguments",
-}
-
-
-@dataclass(frozen=True)
-class Grant:
-    id: str
-    scope: Scope
-    tool: str
-    agent: str
-    #: The person the agent acts for ("" when the run named none).
-    requester: str
-    created_by: str
-    created_at: float
-    #: The approval whose card it was made from.
-    approval_id: str
-    #: For ``run``: the run it is limited to.
-    run_id: str | None = None
-    #: For ``arguments``: the exact arguments, as canonical JSON.
-    arguments: str | None = None
-    #: None: until revoked.
-    expires_at: float | None = None
-    created_by_name: str | None = None
-    uses: int = 0
-    revoked_by: str | None = None
-    revoked_at: float | None = None
-
-    def live(self, now: float) -> bool:
-        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
-
-    def matches(self, call: Call) -> bool:
-        """Whether this grant covers the call (liveness is checked apart, atomically)."""
-        if (call.tool, call.agent, call.requester) != (self.tool, self.agent, self.requester):
-            return False
-        if self.scope is Scope.RUN:
-            return call.run_id is not None and call.run_id == self.run_id
-        if self.scope is Scope.ARGUMENTS:
-            return canonical(call.arguments) == self.arguments
-        return True
-
-    def describe(self) -> str:
-        """What it lets through, in words."""
-        what = f"`{self.tool}` for agent {self.agent}"
-        if self.requester:
-            what += f" acting for <@{self.requester}>"
-        if self.scope is Scope.RUN:
-            what += f", run {self.run_id}"
-        if self.scope is Scope.ARGUMENTS:
-            what += f", arguments {_shown(self.arguments)}"
-        return what
-
-
-def _shown(arguments: str | None) -> str:
-    """A grant's arguments as people may see them (it keeps no record of which were secret,
-    so names are matched against the default list)."""
-    try:
-        loaded = json.loads(arguments or "")
-    except ValueError:
-        return MASK
-    if not isinstance(loaded, dict):
-        return MASK
-    return canonical(mask(loaded, secret_names(loaded, DEFAULT_SECRET_NAMES)))
-
-
-@dataclass(frozen=True)
-class Call:
-    """What a grant is matched against: the gated call about to pause."""
-
-    tool: str
-    agent: str
-    requester: str
-    arguments: Mapping[str, Any]
-    run_id: str | None = None
-
-
-def canonical(arguments: Mapping[str, Any]) -> str:
-    """One spelling per set of arguments, so "these exact arguments" compares values."""
-    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+from approvals.models.grant import Call, Grant, Scope, canonical
 
 
 def check_grantable(approval: Approval, scope: Scope) -> None:
@@ -186,7 +71,7 @@ def approve_with_scope(
     if scope is Scope.CALL:
         return decided, None
     grant = _create(conn, approval, scope, actor, actor_name)
-    store.audit(conn, approval_id, "grant_created", actor, grant=grant.id, scope=scope.value)
+    store.audit.append(conn, approval_id, "grant_created", actor, grant=grant.id, scope=scope.value)
     return decided, grant
 
 
@@ -210,7 +95,7 @@ def _create(
         expires_at=None if lasts is None else now + lasts,
     )
     record = json.dumps(_record(grant), separators=(",", ":"))
-    store.save_grant(conn, grant.id, record, grant.tool, now, grant.expires_at)
+    store.grants.save_grant(conn, grant.id, record, grant.tool, now, grant.expires_at)
     return grant
 
 
@@ -225,7 +110,9 @@ def _record(grant: Grant) -> dict[str, Any]:
 def take(conn: redis.Redis, call: Call, now: float | None = None) -> Grant | None:
     """The first live grant that covers ``call``, with one use taken atomically (or None)."""
     now = time.time() if now is None else now
-    return next((g for g in _live_for(conn, call, now) if store.use_grant(conn, g.id, now)), None)
+    return next(
+        (g for g in _live_for(conn, call, now) if store.grants.use_grant(conn, g.id, now)), None
+    )
 
 
 def covering(conn: redis.Redis, call: Call, now: float | None = None) -> Grant | None:
@@ -237,10 +124,10 @@ def covering(conn: redis.Redis, call: Call, now: float | None = None) -> Grant |
 def _live_for(conn: redis.Redis, call: Call, now: float) -> Iterator[Grant]:
     """The live grants of ``call``'s tool that cover it, in the stored order; the ids of
     grants that are gone are forgotten on the way."""
-    ids = store.grant_ids(conn, call.tool)
-    found = store.load_grants(conn, ids)
+    ids = store.grants.grant_ids(conn, call.tool)
+    found = store.grants.load_grants(conn, ids)
     gone = set(ids) - {grant_id for grant_id, _ in found}
-    store.forget_grants(conn, call.tool, sorted(gone))
+    store.grants.forget_grants(conn, call.tool, sorted(gone))
     for grant_id, raw in found:
         try:
             grant = _from_hash(grant_id, raw)
@@ -253,7 +140,7 @@ def _live_for(conn: redis.Redis, call: Call, now: float) -> Iterator[Grant]:
 def list_grants(conn: redis.Redis) -> list[Grant]:
     """Every stored grant, newest first (revoked and expired ones included, until dropped)."""
     grants = []
-    for grant_id, raw in store.load_grants(conn, store.grant_ids(conn)):
+    for grant_id, raw in store.grants.load_grants(conn, store.grants.grant_ids(conn)):
         try:
             grants.append(_from_hash(grant_id, raw))
         except CorruptRecord:
@@ -269,16 +156,16 @@ def revoke(
     Raises:
         NotAllowed: the grant does not exist, was revoked already, or ``actor`` may not.
     """
-    found = store.load_grants(conn, [grant_id])
+    found = store.grants.load_grants(conn, [grant_id])
     if not found:
         raise NotAllowed(f"there is no grant {grant_id}")
     grant = _from_hash(*found[0])
     if not (is_operator or actor == grant.created_by or actor in settings.approvers):
         raise NotAllowed("only the grant's creator or an approver may revoke it")
-    if store.revoke_grant(conn, grant_id, actor) != 1:
+    if store.grants.revoke_grant(conn, grant_id, actor) != 1:
         raise NotAllowed(f"grant {grant_id} was revoked already")
-    store.audit(conn, grant.approval_id, "grant_revoked", actor, grant=grant_id)
-    return _from_hash(*store.load_grants(conn, [grant_id])[0])
+    store.audit.append(conn, grant.approval_id, "grant_revoked", actor, grant=grant_id)
+    return _from_hash(*store.grants.load_grants(conn, [grant_id])[0])
 
 
 def to_dict(grant: Grant) -> dict[str, Any]:

@@ -8,8 +8,8 @@ decision and is resumed again; if it had, the approval becomes ``interrupted`` a
 decides whether running it again is safe (``retry``).
 
 A decision is recorded in one atomic step, which also records that what follows it is owed
-(``store.OWED``); its decider then signs the receipt and carries the rest out in a second
-step: the audit entry and its webhook, the metrics, the external caller woken or the resume
+(``store.transitions.OWED``); its decider then signs the receipt and carries the rest out in a
+second step: the audit entry and its webhook, the metrics, the external caller woken or the resume
 queued. A decider that dies, loses Redis or fails in between leaves the debt: after
 ``STRANDED_AFTER`` seconds, ``complete_decisions`` carries it out (``review.complete``),
 exactly once, however many workers look. The card is redrawn the same way:
@@ -26,13 +26,12 @@ import time
 
 import redis
 
-from approvals import queue, store
-from approvals.calls import outcomes
+from approvals import store
 from approvals.config import Settings
 from approvals.decisions import review
 from approvals.errors import CorruptRecord, UnknownApproval
 from approvals.models import DECIDED, OnReject, Status
-from approvals.slack import web as slack
+from approvals.store import queue
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +55,18 @@ SHOW_FOR = 24 * 3600
 def recover_dead_runs(conn: redis.Redis, settings: Settings) -> dict[str, str]:
     """Settle every running approval whose worker is gone; returns what happened to each."""
     outcomes: dict[str, str] = {}
-    for approval_id in store.running_ids(conn):
-        outcome = store.recover(conn, approval_id)
+    for approval_id in store.leases.running_ids(conn):
+        outcome = store.leases.recover(conn, approval_id)
         outcomes[approval_id] = outcome
         if outcome == "interrupted":
             log.warning("approval %s: worker died after the tool started", approval_id)
-            store.audit(conn, approval_id, "interrupted", "system", reason="worker died")
+            store.audit.append(conn, approval_id, "interrupted", "system", reason="worker died")
             queue.enqueue_interrupted(conn, settings, approval_id)
         elif outcome == "requeue":
             log.warning(
                 "approval %s: worker died before the tool started; resuming again", approval_id
             )
-            store.audit(conn, approval_id, "requeued", "system", reason="worker died")
+            store.audit.append(conn, approval_id, "requeued", "system", reason="worker died")
             queue.enqueue_resume(conn, settings, approval_id, again=True)
     return outcomes
 
@@ -84,16 +83,16 @@ def complete_decisions(conn: redis.Redis, settings: Settings) -> list[str]:
     """Carry out what follows every decision (or Retry) that still owes it ``STRANDED_AFTER``
     seconds on: its decider died, lost Redis or failed. Returns the ids this worker did."""
     done = []
-    for approval_id in store.owed_until(conn, time.time() - STRANDED_AFTER):
+    for approval_id in store.owed.owed_until(conn, time.time() - STRANDED_AFTER):
         try:
             if not review.complete(conn, settings, approval_id):
                 continue
         except UnknownApproval:  # removed meanwhile: nothing is left to carry out
-            store.forget_owed(conn, approval_id)
+            store.owed.forget_owed(conn, approval_id)
             continue
         except CorruptRecord:
             log.exception("approval %s: its record cannot be read; left as it is", approval_id)
-            store.forget_owed(conn, approval_id)
+            store.owed.forget_owed(conn, approval_id)
             continue
         log.warning(
             "approval %s: decided, but its decider did not finish what follows; done now",
@@ -108,23 +107,23 @@ def show_decisions(conn: redis.Redis, settings: Settings) -> list[str]:
     could not redraw it: Slack was down, or the decider stopped). Returns the ids queued."""
     now = time.time()
     queued = []
-    for approval_id, due in store.unshown_until(conn, now):
+    for approval_id, due in store.owed.unshown_until(conn, now):
         try:
-            approval = store.load(conn, approval_id)
+            approval = store.records.load(conn, approval_id)
         except (UnknownApproval, CorruptRecord):
-            store.forget_unshown(conn, approval_id)
+            store.owed.forget_unshown(conn, approval_id)
             continue
         decision = approval.decision
-        if decision is None or slack.decision_shown(conn, approval):
-            store.forget_unshown(conn, approval_id)
+        if decision is None or store.owed.decision_shown(conn, approval):
+            store.owed.forget_unshown(conn, approval_id)
             continue
         if decision.at < now - SHOW_FOR:
             log.warning("approval %s: its card never showed the decision; giving up", approval_id)
-            store.forget_unshown(conn, approval_id)
+            store.owed.forget_unshown(conn, approval_id)
             continue
         if approval.card_ts is None:  # the card job shows the decision when it posts
             continue
-        if not store.postpone_unshown(conn, approval_id, due, now + SHOW_AGAIN_AFTER):
+        if not store.owed.postpone_unshown(conn, approval_id, due, now + SHOW_AGAIN_AFTER):
             continue  # another worker took this look
         log.warning("approval %s: its card does not show the decision; redrawing it", approval_id)
         queue.enqueue_announce(conn, settings, approval_id)
@@ -141,23 +140,25 @@ def store_missing_outcomes(conn: redis.Redis, settings: Settings) -> list[str]:
     now = time.time()
     # Not past the outcome's TTL: an outcome that expired is not one never stored.
     oldest = now - min(STRANDED_WINDOW, settings.result_ttl)
-    since = max(store.ends_checked(conn) or 0.0, oldest)
+    since = max(store.runs.ends_checked(conn) or 0.0, oldest)
     until = now - STRANDED_AFTER
     if until <= since:
         return []
-    finished = store.finished_between(conn, since, until)
+    finished = store.runs.finished_between(conn, since, until)
     # One round trip for every run of the window, however many approvals finished in it.
-    missing = store.runs_without_outcome(conn, {a.run_id for a in finished if a.run_id is not None})
+    missing = store.runs.runs_without_outcome(
+        conn, {a.run_id for a in finished if a.run_id is not None}
+    )
     stored = []
     for approval in finished:
         if approval.run_id not in missing or approval.run_id in stored:
             continue
         # Not every finished approval ends its run (a resume that paused again, a decision
         # of a rule): finish_run stores nothing for a run its records do not show ended.
-        if outcomes.finish_run(conn, settings, approval) is not None:
+        if store.runs.finish_run(conn, settings, approval) is not None:
             log.warning("run %s: ended, but its outcome was never stored", approval.run_id)
             stored.append(approval.run_id)
-    store.note_ends_checked(conn, until)
+    store.runs.note_ends_checked(conn, until)
     return stored
 
 
@@ -167,9 +168,11 @@ def requeue_unfinished(conn: redis.Redis, settings: Settings) -> list[str]:
     runs first). Returns the run ids."""
     store_missing_outcomes(conn, settings)
     now = time.time()
-    store.forget_finishing(conn, now - settings.result_ttl)
+    store.runs.forget_finishing(conn, now - settings.result_ttl)
     requeued = []
-    for run_id in store.finishing_between(conn, now - settings.result_ttl, now - STRANDED_AFTER):
+    for run_id in store.runs.finishing_between(
+        conn, now - settings.result_ttl, now - STRANDED_AFTER
+    ):
         if queue.finish_queued(conn, run_id):
             continue
         log.warning("run %s: ended, but its on_finish was never queued", run_id)
@@ -184,7 +187,9 @@ def requeue_stranded(conn: redis.Redis, settings: Settings) -> list[str]:
     """Queue the resume of every recent decision that has none; returns their ids."""
     now = time.time()
     requeued = []
-    for approval in store.decided_between(conn, now - STRANDED_WINDOW, now - STRANDED_AFTER):
+    for approval in store.pending.decided_between(
+        conn, now - STRANDED_WINDOW, now - STRANDED_AFTER
+    ):
         stopped = approval.status in (Status.REJECTED, Status.EXPIRED) and (
             approval.policy.on_reject is OnReject.STOP
         )
@@ -197,16 +202,16 @@ def requeue_stranded(conn: redis.Redis, settings: Settings) -> list[str]:
         # A turn resumes once, through its lead, when its last call is decided.
         if approval.in_turn and (
             approval.turn_lead != approval.id
-            or store.turn_pending(conn, approval.turn)
+            or store.turns.turn_pending(conn, approval.turn)
             or any(a.stops_run for a in approval.turn_calls)
         ):
             continue
         if queue.resume_queued(conn, approval.id):
             continue
         # What follows a decision still owed: complete_decisions queues its resume.
-        if store.owing(conn, approval.turn or [approval.id]):
+        if store.owed.owing(conn, approval.turn or [approval.id]):
             continue
-        if not store.claim(conn, approval.id, REQUEUED):
+        if not store.records.claim(conn, approval.id, REQUEUED):
             continue
         log.warning(
             "approval %s: decided, but its resume was never queued; queuing it", approval.id
@@ -214,8 +219,8 @@ def requeue_stranded(conn: redis.Redis, settings: Settings) -> list[str]:
         try:
             queue.enqueue_resume(conn, settings, approval.id, again=True)
         except Exception:
-            store.release(conn, approval.id, REQUEUED)  # the next round tries again
+            store.records.release(conn, approval.id, REQUEUED)  # the next round tries again
             raise
-        store.audit(conn, approval.id, "requeued", "system", reason="resume never queued")
+        store.audit.append(conn, approval.id, "requeued", "system", reason="resume never queued")
         requeued.append(approval.id)
     return requeued

@@ -16,8 +16,7 @@ from typing import Any
 
 import redis
 
-from approvals import queue, store
-from approvals.calls import outcomes
+from approvals import store
 from approvals.config import Settings
 from approvals.decisions import ijson
 from approvals.decisions.schemas import validate_arguments
@@ -40,6 +39,7 @@ from approvals.models import (
     decision_to_dict,
 )
 from approvals.proof import receipts
+from approvals.store import queue
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def check_may_decide(
     """Raise ``NotAllowed`` (and record the refusal) when ``actor`` may not decide."""
     reason = refusal(settings, approval, actor, members_of)
     if reason is not None:
-        store.audit(conn, approval.id, "refused", actor, reason=reason)
+        store.audit.append(conn, approval.id, "refused", actor, reason=reason)
         raise NotAllowed(reason)
 
 
@@ -118,7 +118,7 @@ def precheck(
     Raises:
         UnknownApproval, AlreadyDecided, NotAllowed: nothing was changed.
     """
-    approval = store.load(conn, approval_id)
+    approval = store.records.load(conn, approval_id)
     if approval.status is not Status.PENDING:
         _refuse_decided(conn, approval, actor)
     check_may_decide(conn, settings, approval, actor, members_of)
@@ -168,9 +168,13 @@ def decide(
     encoded = json.dumps(decision_to_dict(decision))
     # What the decision leaves owed says whether this decider signs a receipt for it, so
     # that a worker finishing it instead says that none was signed.
-    owed = store.OWED_RECEIPT if _signs(settings, decision) else store.OWED_DECISION
+    owed = (
+        store.transitions.OWED_RECEIPT
+        if _signs(settings, decision)
+        else store.transitions.OWED_DECISION
+    )
     if kind is DecisionKind.REJECT:
-        won = store.transition(
+        won = store.transitions.transition(
             conn,
             approval_id,
             Status.REJECTED,
@@ -182,17 +186,19 @@ def decide(
     approvers: tuple[str, ...] = (actor,)
     if kind is not DecisionKind.REJECT:
         required = approval.policy.approvals_required if kind is DecisionKind.APPROVE else 1
-        vote = store.vote(conn, approval_id, kind.status, actor, required, encoded, owed)
+        vote = store.transitions.vote(
+            conn, approval_id, kind.status, actor, required, encoded, owed
+        )
         if vote.outcome == "lost":
             _lost(conn, approval_id, actor, vote.previous, vote.decided_by)
         if vote.outcome == "duplicate":
             raise AlreadyVoted(approval_id, vote.count, required)
         if vote.outcome == "counted":
-            store.audit(conn, approval_id, "approval_counted", actor, count=vote.count)
-            return store.load(conn, approval_id)
+            store.audit.append(conn, approval_id, "approval_counted", actor, count=vote.count)
+            return store.records.load(conn, approval_id)
         approvers = vote.voters or approvers
     _after_decision(conn, settings, approval, decision, approvers)
-    return store.load(conn, approval_id)
+    return store.records.load(conn, approval_id)
 
 
 @dataclass(frozen=True)
@@ -237,7 +243,7 @@ def decide_many(
 def expire(conn: redis.Redis, settings: Settings, approval_id: str) -> Approval | None:
     """Expire an approval nobody decided in time; None when a decision came first."""
     try:
-        approval = store.load(conn, approval_id)
+        approval = store.records.load(conn, approval_id)
     except UnknownApproval:
         return None
     early = approval.expires_at - time.time()
@@ -247,10 +253,12 @@ def expire(conn: redis.Redis, settings: Settings, approval_id: str) -> Approval 
         time.sleep(early)  # the sweeping worker's clock runs a little ahead of this one's
     decision = Decision(kind=DecisionKind.EXPIRE, actor=SYSTEM_ACTOR, at=time.time())
     fields = {"decision": json.dumps(decision_to_dict(decision)), "decided_by": SYSTEM_ACTOR}
-    if not store.transition(conn, approval_id, Status.EXPIRED, fields, sources=[Status.PENDING]).ok:
+    if not store.transitions.transition(
+        conn, approval_id, Status.EXPIRED, fields, sources=[Status.PENDING]
+    ).ok:
         return None
     _after_decision(conn, settings, approval, decision)
-    return store.load(conn, approval_id)
+    return store.records.load(conn, approval_id)
 
 
 def retry(
@@ -265,7 +273,7 @@ def retry(
     Raises:
         UnknownApproval, NotAllowed: nothing was changed.
     """
-    approval = store.load(conn, approval_id)
+    approval = store.records.load(conn, approval_id)
     if approval.status is not Status.INTERRUPTED or approval.decision is None:
         raise NotAllowed(f"there is nothing to retry: this request is {approval.status.value}")
     check_may_decide(conn, settings, approval, actor, members_of)
@@ -276,13 +284,18 @@ def retry(
     signed = _signature(settings, approval, approval.decision, approval.votes or None)
     fields |= {name: signed.get(name, "") for name in ("receipt", "receipt_error")}
     target = approval.decision.kind.status
-    moved = store.transition(
-        conn, approval_id, target, fields, sources=[Status.INTERRUPTED], owed=store.OWED_RETRY
+    moved = store.transitions.transition(
+        conn,
+        approval_id,
+        target,
+        fields,
+        sources=[Status.INTERRUPTED],
+        owed=store.transitions.OWED_RETRY,
     )
     if not moved.ok:
         raise NotAllowed("someone else retried it first")
     _follow(conn, approval_id, settings)
-    return store.load(conn, approval_id)
+    return store.records.load(conn, approval_id)
 
 
 def _check_details(
@@ -322,10 +335,10 @@ def _lost(
         raise UnknownApproval(approval_id)
     if previous not in {s.value for s in DECIDED}:
         # Already running or finished: people want to hear the decision, not the run's state.
-        decision = store.load(conn, approval_id).decision
+        decision = store.records.load(conn, approval_id).decision
         if decision is not None:
             previous, decided_by = decision.kind.status.value, decision.actor
-    store.audit(conn, approval_id, "refused", actor, reason=f"already {previous}")
+    store.audit.append(conn, approval_id, "refused", actor, reason=f"already {previous}")
     raise AlreadyDecided(approval_id, previous, decided_by)
 
 
@@ -422,7 +435,7 @@ def _follow(
     try:
         signature = sign()
         if signature:
-            store.keep_signature(conn, approval_id, signature)
+            store.owed.keep_signature(conn, approval_id, signature)
         _carry_out_now(conn, settings, approval_id)
     except Exception:  # the decision stands; recovery finishes what follows it
         log.exception(
@@ -436,7 +449,7 @@ def complete(conn: redis.Redis, settings: Settings, approval_id: str) -> bool:
     it (it died, lost Redis, or failed): the audit entry, with the receipt the decider kept or
     why there is none, the webhook, the metrics, the caller woken or the resume queued, the
     card to redraw. Recovery calls it; it holds no key, so it signs nothing. Exactly once,
-    however many workers and late deciders try (``store.carry_out``); True for the one that
+    however many workers and late deciders try (``store.owed.carry_out``); True for the one that
     did it. The audit entry it writes says so (``finished_by``)."""
     return _carry_out_now(conn, settings, approval_id, late=True)
 
@@ -444,17 +457,17 @@ def complete(conn: redis.Redis, settings: Settings, approval_id: str) -> bool:
 def _carry_out_now(
     conn: redis.Redis, settings: Settings, approval_id: str, late: bool = False
 ) -> bool:
-    owed = store.carry_out(conn, approval_id, lambda owed: _plan(conn, settings, owed, late))
+    owed = store.owed.carry_out(conn, approval_id, lambda owed: _plan(conn, settings, owed, late))
     if owed is None:
         return False
     approval = owed.approval
-    if owed.what == store.OWED_RETRY or approval.external:
+    if owed.what == store.transitions.OWED_RETRY or approval.external:
         return True
     assert approval.decision is not None  # _plan refused the step otherwise
     if approval.in_turn:
         _settle_turn(conn, settings, approval)
     elif _stops(approval, approval.decision):
-        outcomes.finish_run(conn, settings, store.load(conn, approval.id))
+        store.runs.finish_run(conn, settings, store.records.load(conn, approval.id))
     return True
 
 
@@ -463,7 +476,9 @@ def _stops(approval: Approval, decision: Decision) -> bool:
     return refused and approval.policy.on_reject is OnReject.STOP
 
 
-def _plan(conn: redis.Redis, settings: Settings, owed: store.Owed, late: bool) -> store.Plan:
+def _plan(
+    conn: redis.Redis, settings: Settings, owed: store.owed.Owed, late: bool
+) -> store.owed.Plan:
     """The audit lines, and the writes beside them, of what a decision (or a Retry) owes.
 
     A decision: its audit entry, with the receipt or why there is none (a webhook goes with
@@ -474,7 +489,7 @@ def _plan(conn: redis.Redis, settings: Settings, owed: store.Owed, late: bool) -
     """
     approval = owed.approval
     late_note = {"finished_by": LATE} if late else {}
-    if owed.what == store.OWED_RETRY:
+    if owed.what == store.transitions.OWED_RETRY:
         return _retry_plan(conn, settings, owed, late_note)
     decision = approval.decision
     if decision is None:
@@ -486,20 +501,20 @@ def _plan(conn: redis.Redis, settings: Settings, owed: store.Owed, late: bool) -
         details.update(response=decision.response)
     if approval.receipt is not None:
         details.update(receipt=approval.receipt)
-    unsigned = owed.what == store.OWED_RECEIPT and approval.receipt is None
+    unsigned = owed.what == store.transitions.OWED_RECEIPT and approval.receipt is None
     if owed.receipt_error or unsigned:
         details.update(receipt_error=owed.receipt_error or UNSIGNED)
-    events = [store.audit_entry(decision.kind.status.value, decision.actor, **details)]
+    events = [store.audit.audit_entry(decision.kind.status.value, decision.actor, **details)]
     stops = _stops(approval, decision)
     if stops and not approval.in_turn:
-        events.append(store.audit_entry("run_stopped", SYSTEM_ACTOR, reason="on_reject=stop"))
+        events.append(store.audit.audit_entry("run_stopped", SYSTEM_ACTOR, reason="on_reject=stop"))
 
     def more(pipe: Any) -> None:
         _count_decision(pipe, approval, decision)
-        store.note_unshown(pipe, approval.id, decision.at + SHOW_AFTER)
+        store.owed.note_unshown(pipe, approval.id, decision.at + SHOW_AFTER)
         if approval.external:
             # No chain to resume: the decision, and its receipt, go to the caller waiting.
-            store.wake_caller(pipe, approval.id, settings.result_ttl)
+            store.callers.wake_caller(pipe, approval.id, settings.result_ttl)
         elif not stops and not approval.in_turn:
             queue.enqueue_resume(conn, settings, approval.id, pipeline=pipe)
 
@@ -507,18 +522,18 @@ def _plan(conn: redis.Redis, settings: Settings, owed: store.Owed, late: bool) -
 
 
 def _retry_plan(
-    conn: redis.Redis, settings: Settings, owed: store.Owed, late_note: dict[str, str]
-) -> store.Plan:
+    conn: redis.Redis, settings: Settings, owed: store.owed.Owed, late_note: dict[str, str]
+) -> store.owed.Plan:
     """A Retry's audit entry (with its fresh receipt), and its resume: the turn's other
     calls ran in the same resume, so they run again too."""
     approval = owed.approval
     details: dict[str, Any] = {"receipt": approval.receipt or "", **late_note}
     if owed.receipt_error:
         details.update(receipt_error=owed.receipt_error)
-    entry = store.audit_entry("retried", owed.retried_by or SYSTEM_ACTOR, **details)
+    entry = store.audit.audit_entry("retried", owed.retried_by or SYSTEM_ACTOR, **details)
 
     def more(pipe: Any) -> None:
-        store.clear_tool_marks(pipe, approval.turn[1:])
+        store.records.clear_tool_marks(pipe, approval.turn[1:])
         queue.enqueue_resume(conn, settings, approval.id, again=True, pipeline=pipe)
 
     return [entry], more
@@ -527,26 +542,26 @@ def _retry_plan(
 def _settle_turn(conn: redis.Redis, settings: Settings, approval: Approval) -> None:
     """One call of a turn is decided: the turn's one resume starts when its last call is.
 
-    ``store.settle_turn`` answers True to exactly one decision, the first to find every
+    ``store.turns.settle_turn`` answers True to exactly one decision, the first to find every
     call decided, so two people deciding the last two calls at once start one resume. A
     call whose gate says ``on_reject="stop"`` and was rejected (or expired) stops the run
     instead, once the turn is settled: nothing of the turn runs.
     """
-    if not store.settle_turn(conn, approval.turn):
+    if not store.turns.settle_turn(conn, approval.turn):
         return
-    lead = store.load(conn, approval.turn_lead)
+    lead = store.records.load(conn, approval.turn_lead)
     stopper = next((a for a in lead.turn_calls if a.stops_run), None)
     if stopper is not None:
-        store.audit(conn, lead.id, "run_stopped", SYSTEM_ACTOR, reason="on_reject=stop",
+        store.audit.append(conn, lead.id, "run_stopped", SYSTEM_ACTOR, reason="on_reject=stop",
                     call=stopper.id)  # fmt: skip
-        outcomes.finish_run(conn, settings, lead)
+        store.runs.finish_run(conn, settings, lead)
         return
-    store.audit(conn, lead.id, "turn_decided", SYSTEM_ACTOR, calls=list(lead.turn))
+    store.audit.append(conn, lead.id, "turn_decided", SYSTEM_ACTOR, calls=list(lead.turn))
     queue.enqueue_resume(conn, settings, lead.id)
 
 
 def _count_decision(pipe: Any, approval: Approval, decision: Decision) -> None:
     """The decision's metrics (``approvals.ops.metrics``): one more of its kind, and how long
     the approval waited for it (``pipe``: the step that carries the decision out)."""
-    store.count(pipe, f"decisions:{decision.kind.value}")
-    store.observe(pipe, "decision_seconds", max(0.0, decision.at - approval.created_at))
+    store.metrics.count(pipe, f"decisions:{decision.kind.value}")
+    store.metrics.observe(pipe, "decision_seconds", max(0.0, decision.at - approval.created_at))

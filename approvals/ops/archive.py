@@ -37,7 +37,8 @@ from alembic.script import ScriptDirectory
 from approvals.config import safe_url
 from approvals.errors import ArchiveError, CorruptRecord
 from approvals.models import Approval, approval_from_parts, decision_to_dict, result_to_dict
-from approvals.store import Finished, parse_audit_line
+from approvals.store.audit import parse_audit_line
+from approvals.store.retention import Finished
 
 METADATA = sa.MetaData()
 
@@ -248,7 +249,7 @@ class Archive:
         return None if row is None else dict(row.outcome)
 
     def audit_trail(self, approval_id: str) -> list[dict[str, str]]:
-        """An archived approval's audit events, oldest first, as ``store.audit_trail``."""
+        """An archived approval's audit events, oldest first, as ``store.audit.audit_trail``."""
         return [parse_audit_line(line) for line in self.audit_lines(approval_id)]
 
     def audit_lines(self, approval_id: str) -> list[bytes]:
@@ -384,7 +385,7 @@ def _event_rows(finished: Finished) -> list[dict[str, Any]]:
 
 
 def _event_of(line: str) -> dict[str, str]:
-    """One stored audit line as ``store.audit_trail`` shows it."""
+    """One stored audit line as ``store.audit.audit_trail`` shows it."""
     return parse_audit_line(line.encode())
 
 

@@ -40,19 +40,19 @@ from typing import Any, cast
 
 import redis
 from rq import Worker
-from rq.scheduler import SCHEDULER_KEY_TEMPLATE, RQScheduler
 from rq.serializers import JSONSerializer
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web import SlackResponse
 
-from approvals import queue, store
+from approvals import store
 from approvals.calls import plugins
 from approvals.config import Settings, safe_url
 from approvals.decisions import deadlines
 from approvals.errors import ConfigError, ResumeError
 from approvals.ops import retention
 from approvals.slack import web as slack
+from approvals.store import queue
 
 MIN_REDIS_VERSION = (5, 0, 0)
 #: Scopes every installation needs: posting cards, and ``/agent-pending``.
@@ -91,7 +91,8 @@ def run_checks(settings: Settings) -> list[Check]:
 
 
 def _redis_checks(settings: Settings) -> list[Check]:
-    # Not store.connect(): a doctor must answer even when Redis is a black hole, so it times out.
+    # Not store.connection.connect(): a doctor must answer even when Redis is a black hole,
+    # so it times out.
     conn = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=5)
     try:
         first = check_redis(conn, settings)
@@ -294,10 +295,10 @@ def check_retention(conn: redis.Redis, settings: Settings) -> Check:
     """What finished approvals Redis holds and what the sweep frees now; what has been due
     for an hour means no worker is sweeping."""
     now = time.time()
-    counts = store.retention_counts(
+    counts = store.retention.retention_counts(
         conn, retention.history_cutoff(settings, now), retention.approval_cutoff(settings, now)
     )
-    late = store.retention_counts(
+    late = store.retention.retention_counts(
         conn,
         retention.history_cutoff(settings, now - OVERDUE_RETENTION),
         retention.approval_cutoff(settings, now - OVERDUE_RETENTION),
@@ -348,7 +349,7 @@ def check_queue(conn: redis.Redis, settings: Settings) -> Check:
     waiting = jobs.count
     scheduled = jobs.scheduled_job_registry.get_job_count(cleanup=False)
     failed = jobs.failed_job_registry.get_job_count(cleanup=False)
-    ahead, overdue = store.deadline_counts(conn, time.time(), deadlines.OVERDUE_SECONDS)
+    ahead, overdue = store.deadlines.deadline_counts(conn, time.time(), deadlines.OVERDUE_SECONDS)
     counts = (
         f"queue {settings.queue}: {waiting} waiting, {scheduled} scheduled (retries), "
         f"{failed} failed; {ahead} deadlines ahead (expiries, warnings)"
@@ -399,13 +400,8 @@ def check_webhooks(conn: redis.Redis, settings: Settings) -> Check:
 
 
 def check_scheduler(conn: redis.Redis, settings: Settings) -> Check:
-    """Some worker's RQ scheduler holds the queue's scheduler lock.
-
-    RQ 3.0 keeps the lock at ``rq:scheduler-lock:<queue>`` (``RQScheduler.get_locking_key``),
-    holding the scheduler's name, with a TTL of about a minute that its heartbeat renews.
-    """
-    key = str(RQScheduler.get_locking_key(settings.queue))
-    holder = cast(bytes | None, conn.get(key))
+    """Some worker's RQ scheduler holds the queue's scheduler lock (``queue.scheduler``)."""
+    key, holder, meta = queue.scheduler(conn, settings)
     if holder is None:
         return Check(
             "scheduler",
@@ -414,9 +410,7 @@ def check_scheduler(conn: redis.Redis, settings: Settings) -> Check:
             "`approvals worker` runs one, and takes a free lock within "
             f"APPROVALS_MAINTENANCE_INTERVAL ({settings.maintenance_interval} s)",
         )
-    name = _text(holder)
-    raw = cast(dict[bytes, bytes], conn.hgetall(SCHEDULER_KEY_TEMPLATE % name))
-    meta = {_text(k): _text(v) for k, v in raw.items()}
+    name = holder
     where = (
         f" (pid {meta['pid']} on {meta['hostname']})"
         if "pid" in meta and "hostname" in meta
@@ -428,7 +422,7 @@ def check_scheduler(conn: redis.Redis, settings: Settings) -> Check:
 def check_models(conn: redis.Redis, settings: Settings) -> Check:
     """The models pending approvals resume on resolve in this environment and keep a
     conversation (llm raises ``ConversationNotSupported`` for a history with tool calls)."""
-    waiting = store.pending_models(conn)
+    waiting = store.pending.pending_models(conn)
     if not waiting:
         return Check("models", Level.OK, "no pending approval waits on a model")
     try:

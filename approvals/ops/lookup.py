@@ -18,6 +18,7 @@ from approvals.calls import outcomes
 from approvals.config import Settings
 from approvals.errors import UnknownApproval
 from approvals.models import Approval
+from approvals.models.outcome import Outcome, compose
 
 if TYPE_CHECKING:
     from approvals.ops import archive
@@ -46,7 +47,7 @@ def find_approval(
 ) -> tuple[Approval, list[AuditEvent]]:
     """An approval and its audit trail; ``UnknownApproval`` when neither place has it."""
     try:
-        return store.load(conn, approval_id), store.audit_trail(conn, approval_id)
+        return store.records.load(conn, approval_id), store.audit.audit_trail(conn, approval_id)
     except UnknownApproval:
         stored = archive_of(settings)
         found = None if stored is None else stored.load(approval_id)
@@ -59,16 +60,16 @@ def find_audit_lines(conn: redis.Redis, settings: Settings, approval_id: str) ->
     """An approval's audit entries exactly as stored, from Redis, else from the archive;
     ``UnknownApproval`` when neither place has the approval."""
     try:
-        store.load(conn, approval_id)
+        store.records.load(conn, approval_id)
     except UnknownApproval:
         stored = archive_of(settings)
         if stored is None or stored.load(approval_id) is None:
             raise
         return stored.audit_lines(approval_id)
-    return store.audit_lines(conn, approval_id)
+    return store.audit.audit_lines(conn, approval_id)
 
 
-def find_outcome(conn: redis.Redis, settings: Settings, some_id: str) -> outcomes.Outcome:
+def find_outcome(conn: redis.Redis, settings: Settings, some_id: str) -> Outcome:
     """How a run ended, or where it is now (``some_id``: a pause id or a run id)."""
     try:
         return outcomes.run_outcome(conn, outcomes.run_id_of(conn, some_id))
@@ -80,11 +81,11 @@ def find_outcome(conn: redis.Redis, settings: Settings, some_id: str) -> outcome
     run_id = some_id if approval is None else approval.run_id or approval.id
     kept = stored.outcome(run_id)
     if kept is not None:
-        return outcomes.Outcome.from_dict(kept)
+        return Outcome.from_dict(kept)
     approvals = stored.run_of(run_id) or ([] if approval is None else [approval])
     if not approvals:
         raise UnknownApproval(some_id)
-    return outcomes.compose(run_id, approvals)
+    return compose(run_id, approvals)
 
 
 def audit_events(
@@ -92,11 +93,11 @@ def audit_events(
 ) -> Iterator[tuple[str, AuditEvent]]:
     """(approval id, event) of every audit event at or after ``since``, oldest first, from
     Redis and the archive (an approval in both is read from Redis)."""
-    in_redis = store.audit_ids(conn)
+    in_redis = store.audit.audit_ids(conn)
     recent: list[tuple[str, AuditEvent]] = []
     for start in range(0, len(in_redis), _BATCH):
         ids = in_redis[start : start + _BATCH]
-        for approval_id, trail in zip(ids, store.audit_trails(conn, ids), strict=True):
+        for approval_id, trail in zip(ids, store.audit.audit_trails(conn, ids), strict=True):
             recent += [(approval_id, event) for event in trail if _at(event) >= since]
     recent.sort(key=lambda found: _at(found[1]))
     stored = archive_of(settings)

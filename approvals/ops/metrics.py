@@ -1,7 +1,7 @@
 """``/metrics``: how the service is doing, in Prometheus's text format.
 
 Every number is read from Redis when Prometheus scrapes, not kept in the process that serves
-it. The counters and histograms live in one Redis hash (``store.METRICS_KEY``) that every
+it. The counters and histograms live in one Redis hash (``store.keys.METRICS_KEY``) that every
 process adds to in the same steps that do the work (a decision, a resume's end, the tool's
 start, a Slack call, a retention round); the gauges are Redis's own counts. That is why:
 
@@ -20,7 +20,6 @@ this module only says what to expose. The names are documented in ``docs/operati
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -60,15 +59,15 @@ class RedisCollector(Collector):
     def _connection(self) -> redis.Redis:
         with self._lock:
             if self._conn is None:
-                self._conn = store.connect(self.settings)
+                self._conn = store.connection.connect(self.settings)
             return self._conn
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("approvals_redis_up", "1 when Redis answered this scrape.")
         try:
             conn = self._connection()
-            waiting, running, memory = store.gauges(conn)
-            values = store.metric_values(conn)
+            waiting, running, memory = store.metrics.gauges(conn)
+            values = store.metrics.metric_values(conn)
         except redis.RedisError:
             up.add_metric([], 0)
             yield up
@@ -150,8 +149,8 @@ def _histogram(
 ) -> HistogramMetricFamily:
     buckets: list[tuple[str, float]] = []
     total = 0.0
-    for bound in [*store.HISTOGRAM_BUCKETS[field], math.inf]:
-        total += values.get(f"{field}:le:{store.bucket_name(bound)}", 0)
+    for bound in [*store.metrics.HISTOGRAM_BUCKETS[field], math.inf]:
+        total += values.get(f"{field}:le:{store.metrics.bucket_name(bound)}", 0)
         buckets.append((floatToGoString(bound), total))  # type: ignore[no-untyped-call]
     return HistogramMetricFamily(
         name, documentation, buckets=buckets, sum_value=values.get(f"{field}:sum", 0)
@@ -180,9 +179,3 @@ def serve(settings: Settings, port: int, host: str = "0.0.0.0") -> int:
     returns the port (0 picks a free one)."""
     server, _ = start_http_server(port, host, registry(settings))
     return int(server.server_port)
-
-
-def count_safely(settings: Settings, name: str) -> None:
-    """Add one to counter ``name``; a metric is never worth failing the work it counts."""
-    with contextlib.suppress(redis.RedisError):
-        store.count(store.shared_connection(settings), name)

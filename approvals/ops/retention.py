@@ -2,7 +2,7 @@
 
 Nothing that finishes would ever leave Redis otherwise, and Redis holds everything in memory.
 A finished approval (completed, paused again, failed, or stopped by a rejection or an expiry
-under ``on_reject="stop"``; see ``store.FINISHED_LUA``) is noted, by when it finished, in
+under ``on_reject="stop"``; see ``store.records.FINISHED_LUA``) is noted, by when it finished, in
 the same atomic step that finishes it. Then:
 
 - its message history goes after ``APPROVALS_HISTORY_RETENTION``: it is needed only to
@@ -90,12 +90,12 @@ def sweep(conn: redis.Redis, settings: Settings, now: float | None = None) -> Sw
     round); what a failed step had not written to the archive is still in Redis.
     """
     token = secrets.token_hex(8)
-    if not store.take_retention_lock(conn, token, LOCK_SECONDS):
+    if not store.retention.take_retention_lock(conn, token, LOCK_SECONDS):
         return Swept()
     try:
         return _round(conn, settings, time.time() if now is None else now)
     finally:
-        store.release_retention_lock(conn, token)
+        store.retention.release_retention_lock(conn, token)
 
 
 def _round(conn: redis.Redis, settings: Settings, now: float) -> Swept:
@@ -126,10 +126,10 @@ def approval_cutoff(settings: Settings, now: float) -> float:
 
 def forget_histories(conn: redis.Redis, settings: Settings, now: float) -> int:
     """Delete one batch of histories that are due; returns how many."""
-    due = store.finished_until(
-        conn, store.FINISHED_HISTORY_KEY, history_cutoff(settings, now), BATCH
+    due = store.retention.finished_until(
+        conn, store.keys.FINISHED_HISTORY_KEY, history_cutoff(settings, now), BATCH
     )
-    return store.forget_histories(conn, [approval_id for approval_id, _ in due])
+    return store.retention.forget_histories(conn, [approval_id for approval_id, _ in due])
 
 
 def forget_approvals(
@@ -138,25 +138,27 @@ def forget_approvals(
     """Archive (when there is an archive) and then delete one batch of approvals that are
     due; returns how many were deleted."""
     due = dict(
-        store.finished_until(conn, store.FINISHED_KEY, approval_cutoff(settings, now), BATCH)
+        store.retention.finished_until(
+            conn, store.keys.FINISHED_KEY, approval_cutoff(settings, now), BATCH
+        )
     )
     if not due:
         return 0
     counts: dict[str, int | None] = dict.fromkeys(due)
     if target is not None:
-        finished = store.load_finished(conn, list(due))
+        finished = store.retention.load_finished(conn, list(due))
         target.save_approvals(finished, due)
         counts.update({f.approval.id: len(f.audit) for f in finished})
-    return len(store.forget_approvals(conn, counts))
+    return len(store.retention.forget_approvals(conn, counts))
 
 
 def archive_runs(conn: redis.Redis, target: archive.Archive | None) -> int:
     """Copy one batch of ended runs' outcomes to the archive; returns how many."""
-    ended = store.ended_runs(conn, BATCH)
+    ended = store.retention.ended_runs(conn, BATCH)
     if target is not None:
         kept = [(r, o, at) for r, o, at in ended if isinstance(o, dict)]
         target.save_runs(kept)
-    store.forget_ended(conn, [run_id for run_id, _, _ in ended])
+    store.retention.forget_ended(conn, [run_id for run_id, _, _ in ended])
     return len(ended) if target is not None else 0
 
 
@@ -166,12 +168,12 @@ def backfill(conn: redis.Redis) -> int:
     many. Safe to run again, and beside running workers."""
     noted = 0
     batch: list[str] = []
-    for approval_id in store.approval_ids(conn):
+    for approval_id in store.retention.approval_ids(conn):
         batch.append(approval_id)
         if len(batch) == BATCH:
-            noted += store.note_finished(conn, batch)
+            noted += store.retention.note_finished(conn, batch)
             batch = []
-    return noted + store.note_finished(conn, batch)
+    return noted + store.retention.note_finished(conn, batch)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from approvals import store
 from approvals.errors import InvalidReceipt
 from approvals.proof import receipts
 
-#: Every trail begins with this event (``store.create`` writes it with the approval).
+#: Every trail begins with this event (``store.records.create`` writes it with the approval).
 FIRST_EVENT = "paused"
 
 
@@ -42,14 +42,14 @@ class TrailCheck:
 
 def check_trail(conn: redis.Redis, approval_id: str, keys: receipts.Keys) -> TrailCheck:
     """Check the approval's audit chain and the signatures of the receipts it carries."""
-    return check_lines(approval_id, store.audit_lines(conn, approval_id), keys)
+    return check_lines(approval_id, store.audit.audit_lines(conn, approval_id), keys)
 
 
 def check_lines(approval_id: str, lines: list[bytes], keys: receipts.Keys) -> TrailCheck:
     """``check_trail`` on lines already read (the entries as stored, oldest first)."""
     problems: list[str] = []
     verified = 0
-    prev = store.GENESIS
+    prev = store.audit.GENESIS
     if not lines:
         problems.append(
             "the audit trail is empty: removed from Redis (APPROVALS_AUDIT_TTL, or by hand)"
@@ -76,7 +76,7 @@ def check_lines(approval_id: str, lines: list[bytes], keys: receipts.Keys) -> Tr
         if entry is not None and entry.get("receipt_error"):
             # The call was released without the receipt its decider owed it.
             problems.append(f"entry {number} ({entry.get('event')}): {entry['receipt_error']}")
-        prev = store.entry_hash(line)
+        prev = store.audit.entry_hash(line)
     return TrailCheck(len(lines), verified, problems)
 
 
@@ -109,12 +109,12 @@ def export(conn: redis.Redis, since: float) -> Iterator[dict[str, Any]]:
     """Every audit entry written at or after ``since`` (epoch seconds), one dict each, with
     its approval id and its own hash (for comparing with the chain later). Entries of one
     approval come in order; approvals come in no particular order."""
-    for approval_id in store.audit_ids(conn):
-        for line in store.audit_lines(conn, approval_id):
+    for approval_id in store.audit.audit_ids(conn):
+        for line in store.audit.audit_lines(conn, approval_id):
             entry = _parse(line)
             if entry is None or _at(entry) < since:
                 continue
-            yield {"approval_id": approval_id, **entry, "hash": store.entry_hash(line)}
+            yield {"approval_id": approval_id, **entry, "hash": store.audit.entry_hash(line)}
 
 
 def _at(entry: dict[str, Any]) -> float:

@@ -315,7 +315,7 @@ def check_not_replayed(conn: redis.Redis, receipt: Receipt) -> None:
         InvalidReceipt: this receipt was presented already.
     """
     ttl = max(1, receipt.expires_at - int(time.time()) + 1)
-    if not store.first_receipt_use(conn, receipt.jti, ttl):
+    if not store.caches.first_receipt_use(conn, receipt.jti, ttl):
         raise InvalidReceipt(f"the receipt {receipt.jti} was used already (a replay)")
 
 

@@ -45,7 +45,7 @@ def create_token(conn: redis.Redis, agent: str, tools: tuple[str, ...] = ()) -> 
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = Token(secrets.token_hex(4), agent, tools, time.time())
     record = {"id": token.id, "agent": agent, "tools": list(tools), "created_at": token.created_at}
-    store.save_token(conn, digest(secret), record)
+    store.callers.save_token(conn, digest(secret), record)
     return token, secret
 
 
@@ -54,23 +54,23 @@ def verify_token(conn: redis.Redis, secret: str) -> Token | None:
     if not secret.startswith(TOKEN_PREFIX) or len(secret) > 200:
         return None
     try:
-        return _token(store.token_record(conn, digest(secret)))
+        return _token(store.callers.token_record(conn, digest(secret)))
     except Exception:  # a corrupt record refuses the request rather than granting it
         return None
 
 
 def list_tokens(conn: redis.Redis) -> list[Token]:
     """Every token, oldest first (unreadable records are left out)."""
-    found = [_token(r) for r in store.token_records(conn).values()]
+    found = [_token(r) for r in store.callers.token_records(conn).values()]
     return sorted((t for t in found if t is not None), key=lambda t: t.created_at)
 
 
 def revoke_token(conn: redis.Redis, token_id: str) -> bool:
     """Revoke the token with this id; False when there is none."""
-    for key, record in store.token_records(conn).items():
+    for key, record in store.callers.token_records(conn).items():
         token = _token(record)
         if token is not None and token.id == token_id:
-            return store.delete_token(conn, key)
+            return store.callers.delete_token(conn, key)
     return False
 
 

@@ -17,17 +17,18 @@ import time
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import redis
 from rq import Retry
 from rq.job import Job
 from standardwebhooks.webhooks import Webhook
 
-from approvals import queue, store
+from approvals import store
 from approvals.config import Settings, safe_url
 from approvals.errors import ApprovalsError
 from approvals.models import Approval
+from approvals.store import queue
 
 log = logging.getLogger(__name__)
 
@@ -78,31 +79,18 @@ def drain(conn: redis.Redis, settings: Settings, limit: int = DRAIN_BATCH) -> in
     state changes (a flood of pauses, a bulk decision) is worked off in a few round trips
     instead of sitting in Redis for minutes.
     """
-    taken = _take_stale(conn)
-    waiting = min(int(conn.llen(store.EVENTS_KEY)), limit - len(taken))
-    if waiting > 0:
-        pipe = conn.pipeline(transaction=False)
-        for _ in range(waiting):
-            pipe.lmove(store.EVENTS_KEY, store.EVENTS_TAKING_KEY, "LEFT", "RIGHT")
-        taken += [raw for raw in pipe.execute() if raw is not None]
+    taken = [raw for raw in store.outbox.taking(conn) if _stale(raw)]
+    taken += store.outbox.take(conn, limit - len(taken))
     for raw in taken:
         _dispatch(conn, settings, raw)
-    if taken:
-        pipe = conn.pipeline(transaction=False)
-        for raw in taken:
-            pipe.lrem(store.EVENTS_TAKING_KEY, 1, raw)
-        pipe.execute()
+    store.outbox.taken(conn, taken)
     return len(taken)
 
 
-def _take_stale(conn: redis.Redis) -> list[Any]:
-    """Entries a worker took and died on: queued again (job ids dedupe the live ones)."""
-    stale = []
-    for raw in cast(list[bytes], conn.lrange(store.EVENTS_TAKING_KEY, 0, 20)):
-        event = _event(raw)
-        if event is None or float(event.get("at", 0)) < time.time() - STALE_AFTER:
-            stale.append(raw)
-    return stale
+def _stale(raw: bytes) -> bool:
+    """An entry a worker took and died on: queued again (job ids dedupe the live ones)."""
+    event = _event(raw)
+    return event is None or float(event.get("at", 0)) < time.time() - STALE_AFTER
 
 
 def _dispatch(conn: redis.Redis, settings: Settings, raw: bytes) -> None:
@@ -111,7 +99,7 @@ def _dispatch(conn: redis.Redis, settings: Settings, raw: bytes) -> None:
     if event is None:
         return  # not ours (Redis is a trust boundary): dropped
     if settings.audit_ttl:
-        store.expire_audit(conn, str(event["approval_id"]), settings.audit_ttl)
+        store.audit.expire_audit(conn, str(event["approval_id"]), settings.audit_ttl)
     if settings.webhook_secret is None:
         return  # nowhere to send it: a body is never sent unsigned
     approval = _approval(conn, str(event["approval_id"]))
@@ -120,7 +108,7 @@ def _dispatch(conn: redis.Redis, settings: Settings, raw: bytes) -> None:
         return
     message_id = str(event["id"])
     body = json.dumps(body_of(conn, event, approval))
-    conn.set(store.webhook_key(message_id), body, nx=True, ex=BODY_TTL)
+    store.outbox.keep_body(conn, message_id, body, BODY_TTL)
     for index, url in enumerate(receivers):
         job_id = f"webhook-{message_id}-{index}"
         if Job.exists(job_id, connection=conn):
@@ -150,7 +138,7 @@ def receivers_of(settings: Settings, approval: Approval | None) -> list[str]:
 
 def _approval(conn: redis.Redis, approval_id: str) -> Approval | None:
     try:
-        return store.load(conn, approval_id)
+        return store.records.load(conn, approval_id)
     except ApprovalsError:
         return None
 
@@ -196,10 +184,9 @@ def deliver(conn: redis.Redis, settings: Settings, message_id: str, url: str) ->
     Raises:
         DeliveryFailed: no 2xx answer; the receiver is noted as failing since its first.
     """
-    body = conn.get(store.webhook_key(message_id))
-    if body is None:
+    payload = store.outbox.body(conn, message_id)
+    if payload is None:
         return "expired"
-    payload = body.decode() if isinstance(body, bytes) else str(body)
     approval_id = str(json.loads(payload).get("data", {}).get("id", ""))
     if settings.webhook_secret is None or url not in receivers_of(
         settings, _approval(conn, approval_id)
@@ -224,16 +211,16 @@ def deliver(conn: redis.Redis, settings: Settings, message_id: str, url: str) ->
     except urllib.error.HTTPError as refused:
         status = refused.code
     except OSError as exc:
-        store.webhook_failed(conn, url)
+        store.outbox.webhook_failed(conn, url)
         raise DeliveryFailed(f"{safe_url(url, hide_query=True)}: {exc}") from None
     if not 200 <= status < 300:
-        store.webhook_failed(conn, url)
+        store.outbox.webhook_failed(conn, url)
         raise DeliveryFailed(f"{safe_url(url, hide_query=True)} answered {status}")
-    store.webhook_answered(conn, url)
+    store.outbox.webhook_answered(conn, url)
     return f"delivered ({status})"
 
 
 def failing_receivers(conn: redis.Redis, longer_than: float) -> dict[str, float]:
     """Receivers failing for more than ``longer_than`` seconds, with when they began."""
-    since = store.webhooks_failing(conn)
+    since = store.outbox.webhooks_failing(conn)
     return {url: began for url, began in since.items() if began < time.time() - longer_than}

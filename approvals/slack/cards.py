@@ -12,8 +12,8 @@ import re
 import time
 from typing import Any
 
-from approvals.decisions.grants import Grant, Scope
 from approvals.models import DECIDED, Approval, DecisionKind, OnReject, RunResult, Status
+from approvals.models.grant import Grant, Scope
 from approvals.secrets import mask
 from approvals.slack.limits import (
     FIELD_TEXT,

@@ -23,13 +23,9 @@ from slack_sdk.web import SlackResponse
 from approvals import store
 from approvals.config import Settings
 from approvals.models import Approval
-from approvals.ops import metrics
 from approvals.slack import cards
 
 log = logging.getLogger(__name__)
-
-#: Claimed (with the decision's time) by whoever shows a decision on the card first.
-DECISION_SHOWN = "decision_shown"
 
 
 def web_client(settings: Settings, logger: logging.Logger | None = None) -> WebClient:
@@ -62,7 +58,7 @@ class CountedWebClient(WebClient):
         try:
             return super().api_call(api_method, **kwargs)
         finally:
-            metrics.count_safely(self.settings, f"slack:calls:{api_method}")
+            store.metrics.count_safely(self.settings, f"slack:calls:{api_method}")
 
 
 def _counted(handler: RetryHandler, settings: Settings, reason: str) -> RetryHandler:
@@ -73,7 +69,7 @@ def _counted(handler: RetryHandler, settings: Settings, reason: str) -> RetryHan
     def can_retry(**kwargs: Any) -> bool:
         granted = decide(**kwargs)
         if granted:
-            metrics.count_safely(settings, f"slack:retries:{reason}")
+            store.metrics.count_safely(settings, f"slack:retries:{reason}")
         return granted
 
     handler.can_retry = can_retry  # type: ignore[method-assign]
@@ -140,32 +136,16 @@ def announce_decision(client: WebClient, conn: redis.Redis, approval: Approval) 
     if approval.card_ts is None or approval.decision is None:
         return
     _redraw_until_current(client, conn, approval)  # the same redraw twice is harmless
-    shown = _shown_flag(approval)
-    if not store.claim(conn, approval.id, shown):
+    shown = store.owed.shown_flag(approval)
+    if not store.records.claim(conn, approval.id, shown):
         return
     try:
         line = cards.decision_line(approval)
         reply(client, approval, cards.build_decision_message(approval), line)
     except Exception:
-        store.release(conn, approval.id, shown)
+        store.records.release(conn, approval.id, shown)
         raise
-    store.forget_unshown(conn, approval.id)  # recovery need not show it (see decision_shown)
-
-
-def decision_shown(conn: redis.Redis, approval: Approval) -> bool:
-    """Whether the approval's decision was shown on its card by ``announce_decision``.
-
-    A decider that could not show it (Slack down, the process gone) leaves it to recovery,
-    which finds it not shown and queues ``announce_decision`` as a job.
-    """
-    if approval.decision is None:
-        return False
-    return store.flags(conn, approval.id, _shown_flag(approval))[0]
-
-
-def _shown_flag(approval: Approval) -> str:
-    assert approval.decision is not None
-    return f"{DECISION_SHOWN}:{approval.decision.at!r}"
+    store.owed.forget_unshown(conn, approval.id)  # recovery need not show it
 
 
 #: Statuses only move forward, so a card catches up with its record in a few redraws.
@@ -184,7 +164,7 @@ def _redraw_until_current(client: WebClient, conn: redis.Redis, approval: Approv
     drawn = approval
     for _ in range(_MOST_REDRAWS):
         update_card(client, drawn)
-        latest = store.load(conn, approval.id)
+        latest = store.records.load(conn, approval.id)
         if latest.status is drawn.status:
             return
         drawn = latest
@@ -268,7 +248,7 @@ def group_members(client: WebClient, conn: redis.Redis, group_id: str) -> list[s
 
     A group Slack cannot resolve counts as empty: nobody is let in through it.
     """
-    cached = store.cached_members(conn, group_id)
+    cached = store.caches.cached_members(conn, group_id)
     if cached is not None:
         return cached
     try:
@@ -277,7 +257,7 @@ def group_members(client: WebClient, conn: redis.Redis, group_id: str) -> list[s
         members = [str(u) for u in users]
     except SlackApiError:
         members = []
-    store.cache_members(conn, group_id, members, GROUP_CACHE_SECONDS)
+    store.caches.cache_members(conn, group_id, members, GROUP_CACHE_SECONDS)
     return members
 
 
@@ -295,7 +275,7 @@ def channel_members(client: WebClient, conn: redis.Redis, channel: str) -> list[
     A lookup that fails answers nobody and is not cached, so a decision made while Slack is
     away is refused (fails closed) and the next one asks Slack again.
     """
-    cached = store.cached_members(conn, channel)
+    cached = store.caches.cached_members(conn, channel)
     if cached is not None:
         return cached
     members: list[str] = []
@@ -308,7 +288,7 @@ def channel_members(client: WebClient, conn: redis.Redis, channel: str) -> list[
     except SlackApiError:
         log.warning("conversations.members failed for %s: nobody is let in through it", channel)
         return []
-    store.cache_members(conn, channel, members, GROUP_CACHE_SECONDS)
+    store.caches.cache_members(conn, channel, members, GROUP_CACHE_SECONDS)
     return members
 
 

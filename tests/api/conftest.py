@@ -171,14 +171,14 @@ class LoneApi:
         """Mark an approval approved with ``arguments`` by writing Redis directly, as any
         version could have (no bot here to click)."""
         decision = make_decision(DecisionKind.APPROVE, arguments=arguments, **fields)
-        key = store.approval_key(approval_id)
+        key = store.keys.approval_key(approval_id)
         self.conn.hset(key, "decision", json.dumps(decision_to_dict(decision)))
         self.conn.hset(key, "status", "approved")
 
     def state(self) -> dict[bytes, Any]:
         """Every key of its database (``e2e.key_value``) but the tokens' request counters (a
         refused request with a valid token still counts against its rate)."""
-        rate = f"{store.PREFIX}rate:".encode()
+        rate = f"{store.keys.PREFIX}rate:".encode()
         keys = sorted(k for k in self.conn.keys("*") if not k.startswith(rate))
         return {key: key_value(self.conn, key) for key in keys}
 

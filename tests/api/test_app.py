@@ -64,7 +64,7 @@ def test_approve_reaches_the_waiting_caller_and_its_result_the_thread(stack: Sta
     assert done["status"] == "completed" and done["result"]["ok"] is True
     assert all(conforms(stack.api_url, "ApprovalAnswer", a) for a in (made, dict(got), done))
     reply_containing(stack.slack, card.ts, "deployed 3 pods")
-    events = [e["event"] for e in store.audit_trail(stack.conn, made["id"])]
+    events = [e["event"] for e in store.audit.audit_trail(stack.conn, made["id"])]
     assert events[-2:] == ["approved", "result_reported"] or "result_reported" in events
     with pytest.raises(ApiError) as again:
         client.report(made["id"], ok=True)
@@ -176,9 +176,9 @@ def test_clear_4xx_answers(stack: Stack) -> None:
         answer = httpx.get(url + malformed, headers=headers)
         assert answer.status_code == 404
         check(stack.api_url, "/v1/approvals/{approval_id}", "GET", answer)
-    (record,) = [r for r in stack.conn.hvals(store.TOKENS_KEY) if b"careless" in r]
+    (record,) = [r for r in stack.conn.hvals(store.keys.TOKENS_KEY) if b"careless" in r]
     minute = int(time.time() // 60)
-    stack.conn.set(store.rate_key(json.loads(record)["id"], minute), 10_000, ex=120)
+    stack.conn.set(store.keys.rate_key(json.loads(record)["id"], minute), 10_000, ex=120)
     limited = httpx.get(url, headers=headers)
     assert limited.status_code in (429, 200)  # 200 only when the minute turned just now
     if limited.status_code == 429:

@@ -47,11 +47,11 @@ def _state(stack: Stack) -> dict[bytes, object]:
     """Redis as ``redis_state`` reads it, but for the tokens (the stack's tests make theirs
     as they go; a hash's DUMP may also change order while Redis rehashes it) and the rate
     limit's count of requests."""
-    rates = store.rate_key("", 0).removesuffix(":0").encode()
+    rates = store.keys.rate_key("", 0).removesuffix(":0").encode()
     return {
         key: value
         for key, value in redis_state(stack.conn, jobs=True).items()
-        if not key.startswith(rates) and key != store.TOKENS_KEY.encode()
+        if not key.startswith(rates) and key != store.keys.TOKENS_KEY.encode()
     }
 
 

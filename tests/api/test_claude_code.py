@@ -174,16 +174,18 @@ def test_post_tool_use_reports_what_the_approved_command_did(stack: Stack) -> No
     _post(stack, token, _after(asked, tool_response=response))
     reply = reply_containing(stack.slack, card.ts, "removed 500 files")
     assert "characters left out" in block_text(reply)
-    approval = store.load(stack.conn, found[0]["id"])
+    approval = store.records.load(stack.conn, found[0]["id"])
     assert approval.status is Status.COMPLETED
     assert approval.result is not None and len(approval.result.tool_output or "") <= REPORT_LIMIT
     (reported,) = [
-        e for e in store.audit_trail(stack.conn, approval.id) if e["event"] == "result_reported"
+        e
+        for e in store.audit.audit_trail(stack.conn, approval.id)
+        if e["event"] == "result_reported"
     ]
     assert reported["ok"] == "true"  # audit details are text
     again = _post(stack, token, _after(asked, tool_response=response))  # Claude Code retried
     assert again.stderr == ""  # reported already: left alone, quietly
-    assert store.load(stack.conn, approval.id).status is Status.COMPLETED
+    assert store.records.load(stack.conn, approval.id).status is Status.COMPLETED
 
 
 def test_post_tool_use_failure_reports_an_error(stack: Stack) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 from approvals import store
 from approvals.config import Settings
 from approvals.decisions import grants
-from approvals.decisions.grants import Scope
 from approvals.models import Status
+from approvals.models.grant import Scope
 from tests.api.conftest import Stack
 from tests.conftest import CHANNEL, wait_until
 from tests.e2e import card_of, choose_scope, scope_labels, settled, wait_status
@@ -57,7 +57,7 @@ def test_a_run_grant_from_an_api_card_lets_the_next_request_through(stack: Stack
     assert (decision["decided_by"], decision["grant_id"]) == ("grant", grant.id)
     assert decision["actor_name"] == f"grant {grant.id} of {grant.created_by_name}"
     assert decision["arguments"] == {"svc": "api"}
-    trail = store.audit_trail(stack.conn, second["id"])
+    trail = store.audit.audit_trail(stack.conn, second["id"])
     assert (trail[-1]["event"], trail[-1]["grant"], trail[-1]["grant_creator"]) == (
         "approved", grant.id, "UALICE",
     )  # fmt: skip
@@ -96,11 +96,11 @@ def test_an_hours_grant_covers_later_requests_until_it_expires(stack: Stack) -> 
     grant = _grant_of(stack, first["id"])
     assert client.request("rotate_key", {"name": "b"})["status"] == "approved"
     # An hour later (the grant's record says when it ends; nothing else is changed):
-    raw = stack.conn.hget(store.grant_key(grant.id), "record")
+    raw = stack.conn.hget(store.keys.grant_key(grant.id), "record")
     assert isinstance(raw, bytes)
     record = json.loads(raw)
     record["expires_at"] = record["created_at"] - 1
-    stack.conn.hset(store.grant_key(grant.id), "record", json.dumps(record))
+    stack.conn.hset(store.keys.grant_key(grant.id), "record", json.dumps(record))
     assert client.request("rotate_key", {"name": "c"})["status"] == "pending"
 
 
@@ -111,4 +111,4 @@ def test_grantable_false_and_quorum_requests_offer_no_grant(stack: Stack) -> Non
     quorum = client.request("wipe", {"disk": "b"}, approvals_required=2, run_id="r1")
     assert scope_labels(card_of(stack.slack, single["id"])) == []
     assert scope_labels(card_of(stack.slack, quorum["id"])) == []
-    assert store.load(stack.conn, single["id"]).policy.grantable is False
+    assert store.records.load(stack.conn, single["id"]).policy.grantable is False

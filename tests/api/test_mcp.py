@@ -236,7 +236,7 @@ def _over_the_limit(stack: Stack, token: str) -> None:
     assert found is not None
     minute = int(time.time() // 60)
     for spent in (minute, minute + 1):
-        stack.conn.set(store.rate_key(found.id, spent), 1_000_000, ex=180)
+        stack.conn.set(store.keys.rate_key(found.id, spent), 1_000_000, ex=180)
 
 
 @pytest.mark.parametrize("way", ["stdio", "http"])

@@ -246,9 +246,9 @@ def _footprint(conn: redis.Redis) -> dict[bytes, Any]:
     """What asking or reading as an agent leaves in Redis, and nothing that moves on its own
     (the expiry or reminders of other tests' approvals): which approval records exist, the
     tokens, each token's request counts and idempotency keys."""
-    found: dict[bytes, Any] = {key: b"exists" for key in conn.keys(store.approval_key("*"))}
-    counts = store.rate_key("*", 0).removesuffix("0") + "*"
-    for pattern in (store.TOKENS_KEY, store.idempotency_key("*", "*"), counts):
+    found: dict[bytes, Any] = {key: b"exists" for key in conn.keys(store.keys.approval_key("*"))}
+    counts = store.keys.rate_key("*", 0).removesuffix("0") + "*"
+    for pattern in (store.keys.TOKENS_KEY, store.keys.idempotency_key("*", "*"), counts):
         found.update({key: key_value(conn, key) for key in conn.keys(pattern)})
     return found
 
@@ -378,7 +378,7 @@ def test_hostile_requests_with_a_valid_token_are_answered_and_ask_nothing(stack:
         assert _send(url, "POST", headers, data.draw(_bodies())) < 500
 
     requests()
-    counts = store.rate_key(token_id, 0).removesuffix("0").encode()
+    counts = store.keys.rate_key(token_id, 0).removesuffix("0").encode()
     grown = _grown(before, settled(lambda: _footprint(stack.conn)))
     assert {key for key in grown if not key.startswith(counts)} == set()
     assert external.pending_of(stack.conn, agent, 10) == []

@@ -20,11 +20,11 @@ ESCALATION_CHANNEL = "C0ESCALATE"
 
 
 def _events(stack: Stack, approval_id: str) -> list[str]:
-    return [e["event"] for e in store.audit_trail(stack.conn, approval_id)]
+    return [e["event"] for e in store.audit.audit_trail(stack.conn, approval_id)]
 
 
 def _deadlines(stack: Stack, approval_id: str) -> set[str]:
-    members = stack.conn.zrange(store.DEADLINES_KEY, 0, -1)
+    members = stack.conn.zrange(store.keys.DEADLINES_KEY, 0, -1)
     return {m.decode() for m in members if m.decode().endswith(approval_id)}
 
 
@@ -41,7 +41,7 @@ def test_a_reminder_and_an_escalation_fire_and_the_decision_removes_them(stack: 
         escalate_to=[ESCALATION_CHANNEL],
         expires_in=60,
     )
-    approval = store.load(stack.conn, made["id"])
+    approval = store.records.load(stack.conn, made["id"])
     assert (approval.remind_after, approval.escalate_after) == (2.0, 3.0)
     assert {"remind:" + made["id"], "escalate:" + made["id"]} <= _deadlines(stack, made["id"])
     card = card_of(stack.slack, made["id"])
@@ -79,9 +79,9 @@ def test_remind_after_defaults_to_the_setting_and_zero_turns_it_off(stack: Stack
     client = stack.client(stack.token("reminded-defaults"))
     default = client.request("rotate_key", {"name": "a"})
     off = client.request("rotate_key", {"name": "b"}, remind_after=0)
-    assert store.load(stack.conn, default["id"]).remind_after == 3600.0
+    assert store.records.load(stack.conn, default["id"]).remind_after == 3600.0
     assert "remind:" + default["id"] in _deadlines(stack, default["id"])
-    assert store.load(stack.conn, off["id"]).remind_after == 0.0
+    assert store.records.load(stack.conn, off["id"]).remind_after == 0.0
     assert _deadlines(stack, off["id"]) == {"expire:" + off["id"]}
 
 

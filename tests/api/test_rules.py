@@ -21,7 +21,7 @@ from tests.processes import start_api
 
 
 def _events(stack: Stack, approval_id: str) -> list[dict[str, Any]]:
-    return store.audit_trail(stack.conn, approval_id)
+    return store.audit.audit_trail(stack.conn, approval_id)
 
 
 def _cards_of(stack: Stack, approval_id: str, channel: str = CHANNEL) -> list[str]:
@@ -45,7 +45,7 @@ def test_a_rule_approves_at_once_with_no_card(stack: Stack) -> None:
     trail = _events(stack, made["id"])
     assert [e["event"] for e in trail] == ["paused", "approved"]
     assert trail[-1]["rule"] == "docs-are-fine"
-    assert made["id"] in [a.id for a in store.recent_decisions(stack.conn, limit=200)]
+    assert made["id"] in [a.id for a in store.pending.recent_decisions(stack.conn, limit=200)]
     other = client.request("publish", {"path": "src/app.py"})
     assert other["status"] == "pending"
     card_of(stack.slack, other["id"])
@@ -66,7 +66,7 @@ def test_a_rule_rejects_with_its_reason(stack: Stack) -> None:
     with pytest.raises(ApiError) as refused:
         client.report(made["id"], ok=True)
     assert refused.value.status == 409
-    assert store.load(stack.conn, made["id"]).status is Status.REJECTED
+    assert store.records.load(stack.conn, made["id"]).status is Status.REJECTED
     assert client.request("deploy", {"env": "staging"})["status"] == "pending"
 
 
@@ -76,7 +76,7 @@ def test_a_require_rule_sets_approvers_quorum_expiry_and_channel(stack: Stack) -
     client = stack.client(stack.token("rules-require"))
     made = client.request("drop_table", {"table": "users"}, approvers=["UCAROL"], expires_in=999)
     assert made["status"] == "pending"
-    approval = store.load(stack.conn, made["id"])
+    approval = store.records.load(stack.conn, made["id"])
     assert approval.policy.approvers == ("UALICE", "UBOB")
     assert approval.policy.approvals_required == 2
     assert (approval.channel, approval.rule_id) == ("C0PROD", "two-sres")

@@ -12,7 +12,7 @@ from approvals.bot.pending import (
     selected_ids,
 )
 from approvals.models import Status
-from approvals.store import Page
+from approvals.store.pending import Page
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.conftest import CHANNEL, SIGNING_SECRET
@@ -88,7 +88,7 @@ def test_bulk_approve_decides_each_and_says_what_was_refused(services, slack, en
     assert status == 200
     for approval_id in (first, second):
         wait_status(conn, approval_id, Status.COMPLETED)
-    assert store.load(conn, guarded).status is Status.PENDING
+    assert store.records.load(conn, guarded).status is Status.PENDING
     answer = slack.wait_for(
         lambda: [r for r in slack.responses() if "Refused" in r.get("text", "")]
     )[0]["text"]

@@ -486,7 +486,7 @@ def test_corrupt_stored_fields_raise_only_corrupt_record(conn):
     """Truncated, retyped or partly replaced JSON in an approval's fields or its history makes
     load/load_history raise CorruptRecord and nothing else; pending() skips the record."""
     approval = make_decided(Status.COMPLETED, DecisionKind.EDIT)
-    key = store.approval_key(approval.id)
+    key = store.keys.approval_key(approval.id)
     assert approval.decision and approval.result
     valid = {
         "record": json.dumps(approval.record()),
@@ -496,14 +496,14 @@ def test_corrupt_stored_fields_raise_only_corrupt_record(conn):
         "votes": json.dumps(["UALICE", "UBOB"]),
     }
     history = json.dumps(HISTORY)
-    store.create(conn, approval, HISTORY).execute()
+    store.records.create(conn, approval, HISTORY).execute()
 
     @settings(max_examples=100, deadline=None, database=None)
     @given(st.data())
     def fields(data: st.DataObject) -> None:
         conn.delete(key)
         conn.hset(key, mapping=valid)
-        assert store.load(conn, approval.id).votes == ("UALICE", "UBOB")
+        assert store.records.load(conn, approval.id).votes == ("UALICE", "UBOB")
         field = data.draw(st.sampled_from([*valid, "card_ts"]))
         if field in ("status", "card_ts"):  # plain text, not JSON
             raw = data.draw(st.binary(max_size=20) | TEXT.map(_surrogatepass))
@@ -511,42 +511,42 @@ def test_corrupt_stored_fields_raise_only_corrupt_record(conn):
             raw = data.draw(_corrupted(valid[field]))
         conn.hset(key, field, raw)
         try:
-            loaded = store.load(conn, approval.id)
+            loaded = store.records.load(conn, approval.id)
         except CorruptRecord:
-            assert approval.id not in [a.id for a in store.pending(conn)]
+            assert approval.id not in [a.id for a in store.pending.pending(conn)]
         else:
-            assert [a.id for a in store.pending(conn)] == [loaded.id]
+            assert [a.id for a in store.pending.pending(conn)] == [loaded.id]
 
     @settings(max_examples=60, deadline=None, database=None)
     @given(_corrupted(history))
     def histories(raw: bytes) -> None:
-        conn.set(store.history_key(approval.id), raw)
+        conn.set(store.keys.history_key(approval.id), raw)
         try:
-            loaded = store.load_history(conn, approval.id)
+            loaded = store.records.load_history(conn, approval.id)
         except CorruptRecord:
             return
         assert isinstance(loaded, list) and all(isinstance(m, dict) for m in loaded)
 
-    conn.zadd(store.PENDING_KEY, {approval.id: approval.created_at})
+    conn.zadd(store.keys.PENDING_KEY, {approval.id: approval.created_at})
     fields()
     histories()
     conn.hset(key, b"\xff\xfe", b"x")  # a field name that is not UTF-8
     with pytest.raises(CorruptRecord):
-        store.load(conn, approval.id)
-    assert store.pending(conn) == []
+        store.records.load(conn, approval.id)
+    assert store.pending.pending(conn) == []
 
 
 @pytest.mark.parametrize("where", ["record", "history"])
 def test_deeply_nested_stored_json_is_a_corrupt_record(conn, where):
     """JSON nested deeper than Python's recursion limit is CorruptRecord, not RecursionError."""
     approval = make_decided(Status.COMPLETED)
-    store.create(conn, approval, HISTORY).execute()
+    store.records.create(conn, approval, HISTORY).execute()
     nested = b"[" * 100_000 + b"]" * 100_000
     if where == "record":
-        conn.hset(store.approval_key(approval.id), "record", nested)
+        conn.hset(store.keys.approval_key(approval.id), "record", nested)
         with pytest.raises(CorruptRecord):
-            store.load(conn, approval.id)
+            store.records.load(conn, approval.id)
     else:
-        conn.set(store.history_key(approval.id), nested)
+        conn.set(store.keys.history_key(approval.id), nested)
         with pytest.raises(CorruptRecord):
-            store.load_history(conn, approval.id)
+            store.records.load_history(conn, approval.id)

@@ -62,7 +62,7 @@ def test_bad_signature_stale_timestamp_and_tampered_body_get_401_and_change_noth
     tampered = body.replace("U1", "U2")
     assert post_signed(services.bot_url, "x", tampered, FORM, headers=headers)[0] == 401
     assert _snapshot(conn) == before
-    assert store.load(conn, pause_id).status is Status.PENDING
+    assert store.records.load(conn, pause_id).status is Status.PENDING
 
 
 def test_malformed_and_unknown_requests_get_a_4xx_and_the_bot_keeps_serving(services, slack, conn):

@@ -23,12 +23,12 @@ from approvals.slack.limits import (
     MODAL_BLOCKS,
     SECTION_TEXT,
 )
-from approvals.store import Page
+from approvals.store.pending import Page
 from tests.factories import CREATED_AT, make_approval, make_decided, make_decision
 
 
 def _newest_first(count):
-    """``count`` approvals, newest first, as store.pending returns them."""
+    """``count`` approvals, newest first, as store.pending.pending returns them."""
     return [
         make_approval(id=f"{n:016x}", created_at=CREATED_AT + n, summary=f"Delete file {n}")
         for n in reversed(range(count))
@@ -36,7 +36,7 @@ def _newest_first(count):
 
 
 def _page(approvals, remaining=0, exact=True):
-    """A page as store.pending_page returns it: by default the last one, counted exactly."""
+    """A page as store.pending.pending_page returns it: by default the last one, counted exactly."""
     return Page(approvals, remaining, exact)
 
 
@@ -249,7 +249,8 @@ def test_huge_arguments_stay_short_in_the_list():
 
 
 def _recent(count):
-    """``count`` decided approvals, newest decision first, as store.recent_decisions returns."""
+    """``count`` decided approvals, newest decision first, as
+    store.pending.recent_decisions returns."""
     kinds = [DecisionKind.APPROVE, DecisionKind.REJECT, DecisionKind.RESPOND, DecisionKind.EXPIRE]
     recent = []
     for n in reversed(range(count)):

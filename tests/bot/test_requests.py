@@ -57,7 +57,7 @@ def _pause(path: str = "build") -> str:
 def _card_ts(slack, conn, pause_id: str) -> str:
     """The card's ts, once the worker has also recorded it (Redis settles then)."""
     card = card_of(slack, pause_id)
-    key = store.approval_key(pause_id)
+    key = store.keys.approval_key(pause_id)
     wait_until(lambda: conn.hexists(key, "card_ts"), 10, "the card's ts recorded")
     return card.ts
 
@@ -91,7 +91,7 @@ def _state(conn) -> dict[bytes, bytes]:
 
 
 def _seen(conn) -> list[bytes]:
-    return conn.keys(store.seen_key("*"))
+    return conn.keys(store.keys.seen_key("*"))
 
 
 def _crashes(log: str) -> list[str]:
@@ -131,8 +131,8 @@ def test_an_approve_click_is_answered_empty_then_decided_and_run_once(services, 
     ]
     # A click on a channel card is answered on the card, not privately.
     assert slack.responses() == [] and slack.ephemerals() == []
-    assert conn.exists(store.seen_key(headers["X-Slack-Signature"]))
-    events = [e["event"] for e in store.audit_trail(conn, pause_id)]
+    assert conn.exists(store.keys.seen_key(headers["X-Slack-Signature"]))
+    events = [e["event"] for e in store.audit.audit_trail(conn, pause_id)]
     assert events.count("approved") == 1, events
     assert _crashes(services.bot.output()) == []
 
@@ -162,7 +162,7 @@ def test_the_same_signed_click_twice_is_refused_the_second_time_and_runs_once(
     assert settled(lambda: (_state(conn), len(slack.calls()))) == decided
 
     assert len(tool_runs(env, "delete_path")) == 1
-    events = [e["event"] for e in store.audit_trail(conn, pause_id)]
+    events = [e["event"] for e in store.audit.audit_trail(conn, pause_id)]
     assert events.count("approved") == 1, events
     assert slack.responses() == []
     assert _crashes(services.bot.output()) == []
@@ -184,7 +184,7 @@ def test_the_same_signed_click_twice_at_once_is_answered_once(services, slack, e
     assert [r["arguments"]["path"] for r in settled(lambda: tool_runs(env, "delete_path"))] == [
         "dist"
     ]
-    events = [e["event"] for e in store.audit_trail(conn, pause_id)]
+    events = [e["event"] for e in store.audit.audit_trail(conn, pause_id)]
     assert events.count("approved") == 1, events
 
 
@@ -210,7 +210,7 @@ def test_an_approve_click_with_a_bad_signature_gets_401_and_changes_nothing(
 
     _quiet_since(slack, conn, calls_before, before)
     assert _seen(conn) == []
-    assert store.load(conn, pause_id).status is Status.PENDING
+    assert store.records.load(conn, pause_id).status is Status.PENDING
     assert tool_runs(env) == []
     # The genuine signature was not remembered by the forgery that carried it.
     assert _replay(services.bot_url, body, headers) == (200, "")
@@ -260,7 +260,7 @@ def test_a_signed_approve_click_that_bolt_could_not_route_gets_400_and_changes_n
 
     _quiet_since(slack, conn, calls_before, before)
     assert _seen(conn) == []  # refused before the replay guard remembered them
-    assert store.load(conn, pause_id).status is Status.PENDING
+    assert store.records.load(conn, pause_id).status is Status.PENDING
     assert tool_runs(env) == []
     assert _crashes(services.bot.output()) == []
     _approve_completes(services, slack, env, conn, pause_id, card_ts)
@@ -326,4 +326,4 @@ def test_a_modal_submission_carrying_a_command_field_still_gets_its_errors(
     status, text = _send(services.bot_url, _form(payload))
     assert status == 200
     assert json.loads(text)["response_action"] == "errors"
-    assert store.load(conn, pause_id).status is Status.PENDING
+    assert store.records.load(conn, pause_id).status is Status.PENDING

@@ -44,7 +44,7 @@ def _snapshot(conn):
 
 
 def _seen(conn):
-    return conn.keys(store.seen_key("*"))
+    return conn.keys(store.keys.seen_key("*"))
 
 
 def test_forged_stale_and_replayed_requests_get_401_on_every_replica_and_change_nothing(
@@ -81,10 +81,10 @@ def test_forged_stale_and_replayed_requests_get_401_on_every_replica_and_change_
 
         assert post_signed(services.bot_url, "x", body, FORM, headers=headers)[0] == 200
         wait_status(conn, pause_id, Status.COMPLETED)
-        assert REPLAY_WINDOW - 10 <= conn.ttl(store.seen_key(signature)) <= REPLAY_WINDOW
+        assert REPLAY_WINDOW - 10 <= conn.ttl(store.keys.seen_key(signature)) <= REPLAY_WINDOW
         # Settled for longer than a retention sweep takes to come round (it tidies the run's end).
         decided = settled(lambda: _snapshot(conn), interval=2 * retention.SWEEP_INTERVAL)
-        answered, trail = len(slack.responses()), store.audit_trail(conn, pause_id)
+        answered, trail = len(slack.responses()), store.audit.audit_trail(conn, pause_id)
 
         for url in (services.bot_url, replica_url):
             status, text = post_signed(url, "x", body, FORM, headers=headers)
@@ -92,7 +92,7 @@ def test_forged_stale_and_replayed_requests_get_401_on_every_replica_and_change_
         time.sleep(0.5)  # a replay that got through would answer and audit by now
         assert _snapshot(conn) == decided
         assert len(slack.responses()) == answered
-        assert store.audit_trail(conn, pause_id) == trail
+        assert store.audit.audit_trail(conn, pause_id) == trail
         assert len(tool_runs(env, "delete_path")) == 1
 
         # Slack retries with a new timestamp and a new signature: that is not a replay.
@@ -117,8 +117,8 @@ def test_a_forged_button_value_cannot_decide_an_approval_the_clicker_may_not(
     b = _pause("restart_service", {"name": "db"})
     card_a, card_b = card_of(slack, a), card_of(slack, b)
     # The worker records the card's ts just after Slack answered: snapshot B once it has.
-    wait_until(lambda: conn.hexists(store.approval_key(b), "card_ts"), 10, "B's card ts saved")
-    record_b = conn.hgetall(store.approval_key(b))
+    wait_until(lambda: conn.hexists(store.keys.approval_key(b), "card_ts"), 10, "B's card ts saved")
+    record_b = conn.hgetall(store.keys.approval_key(b))
 
     for action in ("approve", "reject", "edit", "respond"):
         status, _ = click(slack, services.bot_url, action, b, "UALICE", card_a.ts)
@@ -138,12 +138,12 @@ def test_a_forged_button_value_cannot_decide_an_approval_the_clicker_may_not(
     )
     assert all("not one of the approvers" in e["text"] for e in ephemerals)
 
-    assert conn.hgetall(store.approval_key(b)) == record_b
-    refused = [e for e in store.audit_trail(conn, b) if e["event"] == "refused"]
+    assert conn.hgetall(store.keys.approval_key(b)) == record_b
+    refused = [e for e in store.audit.audit_trail(conn, b) if e["event"] == "refused"]
     assert [e["actor"] for e in refused] == ["UALICE"] * 7
     assert all("not one of the approvers" in e["reason"] for e in refused)
-    assert store.load(conn, a).status is Status.PENDING
-    assert [e["event"] for e in store.audit_trail(conn, a)].count("refused") == 0
+    assert store.records.load(conn, a).status is Status.PENDING
+    assert [e["event"] for e in store.audit.audit_trail(conn, a)].count("refused") == 0
     assert tool_runs(env) == []
 
     click(slack, services.bot_url, "approve", b, "UOPS", card_b.ts)

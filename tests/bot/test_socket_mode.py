@@ -128,7 +128,7 @@ def test_two_approvers_clicking_at_once_have_one_winner(
     assert len(refusals) == 1 and loser
     assert refusals[0]["response_type"] == "ephemeral" and f"<@{winner}>" in refusals[0]["text"]
     assert len(tool_runs(env, "delete_path")) == 1
-    events = [e["event"] for e in store.audit_trail(conn, pause_id)]
+    events = [e["event"] for e in store.audit.audit_trail(conn, pause_id)]
     assert events.count("approved") == 1 and events.count("resume_started") == 1
 
 
@@ -174,8 +174,8 @@ def test_an_invalid_edit_comes_back_in_the_ack_and_changes_nothing(
     pause_id = _pause()
     card_of(slack, pause_id)
     # The worker records the card's ts just after Slack answered its post.
-    wait_until(lambda: store.load(conn, pause_id).card_ts, 10, "the card's ts recorded")
-    before = conn.hgetall(store.approval_key(pause_id))
+    wait_until(lambda: store.records.load(conn, pause_id).card_ts, 10, "the card's ts recorded")
+    before = conn.hgetall(store.keys.approval_key(pause_id))
     state = {
         "arg-path": {VALUE_ACTION: {"type": "plain_text_input", "value": "x"}},
         "arg-recursive": {VALUE_ACTION: select('"maybe"')},
@@ -186,7 +186,7 @@ def test_an_invalid_edit_comes_back_in_the_ack_and_changes_nothing(
     answer = slack.deliver("interactive", payload)
     assert answer["response_action"] == "errors" and "arg-recursive" in answer["errors"]
     assert slack.socket_mode.deliveries()[-1]["envelope"]["accepts_response_payload"] is True
-    assert conn.hgetall(store.approval_key(pause_id)) == before
+    assert conn.hgetall(store.keys.approval_key(pause_id)) == before
 
 
 def test_after_slack_refreshes_the_connection_the_bot_reconnects_and_still_decides(

@@ -195,7 +195,7 @@ def test_with_redis_url_and_slack_tokens_set_it_uses_them(tmp_path, redis_server
         assert done.returncode == 0, done.stderr
         assert "its card at your Slack channel" in done.stdout
         approval_id = re.search(r"approval ([0-9a-f]{16})", done.stdout).group(1)
-        assert store.load(conn, approval_id).status is Status.PENDING
+        assert store.records.load(conn, approval_id).status is Status.PENDING
         card = slack.wait_for(lambda: slack.messages(CHANNEL), 10)[0]
         assert card.blocks[0]["text"]["text"] == "Approval needed: delete_path"
         conn.close()
@@ -215,8 +215,10 @@ def test_with_a_signing_key_the_worker_runs_and_the_decision_is_signed(tmp_path)
         approve(dev, approval_id, ts)
         card_showing(dev, ts, "Completed")
         conn = redis.Redis.from_url(dev.info["redis_url"])
-        approval = store.load(conn, approval_id)
-        receipt = next(e["receipt"] for e in store.audit_trail(conn, approval_id) if "receipt" in e)
+        approval = store.records.load(conn, approval_id)
+        receipt = next(
+            e["receipt"] for e in store.audit.audit_trail(conn, approval_id) if "receipt" in e
+        )
         conn.close()
         claims = verify_receipt(
             receipt,

@@ -20,7 +20,7 @@ from approvals.dev.sandbox.blocks import (
 from approvals.dev.sandbox.mrkdwn import TextContext, render_mrkdwn, render_plain
 from approvals.models import DecisionKind, RunResult, SiblingResult, Status
 from approvals.slack import cards
-from approvals.store import Page
+from approvals.store.pending import Page
 from tests.factories import make_approval, make_decided, make_decision
 
 CTX = TextContext(users={"UALICE": "alice"}, channels={"C0APPROVALS": "approvals"})

@@ -11,9 +11,10 @@ import time
 import pytest
 import redis
 
-from approvals import queue, store
+from approvals import store
 from approvals.config import Settings
 from approvals.decisions import deadlines
+from approvals.store import queue
 from approvals.worker import main as worker_main
 from tests.processes import redis_binary, start_redis, start_worker, wait_for_workers, wait_until
 from tests.test_retention import finish, held, pause
@@ -51,8 +52,8 @@ def test_a_redis_outage_is_reported_once_and_the_sweep_resumes_after_it(env, tmp
 
         assert failed_at == 1 and len(_logged(caplog, "round failed")) == 1
         conn = redis.Redis.from_url(f"{base}/0")
-        store.add_deadline(conn, queue.EXPIRE_DEADLINE, "gone", time.time() - 1)
-        wait_until(lambda: conn.zcard(store.DEADLINES_KEY) == 0, 10, "the deadline swept")
+        store.deadlines.add_deadline(conn, queue.EXPIRE_DEADLINE, "gone", time.time() - 1)
+        wait_until(lambda: conn.zcard(store.keys.DEADLINES_KEY) == 0, 10, "the deadline swept")
         conn.close()
     finally:
         stop.set()
@@ -70,7 +71,7 @@ def test_a_running_worker_removes_what_finished_long_ago_and_nothing_else(env, c
     starting; one waiting since then stays."""
     pause(conn, "old-done")
     finish(conn, "old-done")
-    for key in (store.FINISHED_KEY, store.FINISHED_HISTORY_KEY):
+    for key in (store.keys.FINISHED_KEY, store.keys.FINISHED_HISTORY_KEY):
         conn.zadd(key, {"old-done": time.time() - 31 * 24 * 3600})
     pause(conn, "old-waiting")
     worker = start_worker(env, tmp_path / "worker.log", f"w-retention-{os.getpid()}")
@@ -85,7 +86,7 @@ def test_a_running_worker_removes_what_finished_long_ago_and_nothing_else(env, c
 def _finished_a_month_ago(conn, approval_id: str) -> None:
     pause(conn, approval_id)
     finish(conn, approval_id)
-    for key in (store.FINISHED_KEY, store.FINISHED_HISTORY_KEY):
+    for key in (store.keys.FINISHED_KEY, store.keys.FINISHED_HISTORY_KEY):
         conn.zadd(key, {approval_id: time.time() - 31 * 24 * 3600})
 
 

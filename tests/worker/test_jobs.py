@@ -16,7 +16,7 @@ from approvals.config import Settings
 from approvals.decisions.recovery import LEASE_SECONDS
 from approvals.decisions.review import decide
 from approvals.models import DecisionKind, Status
-from approvals.store import load
+from approvals.store.records import load
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.e2e import CHANNEL, block_text, card_showing, reply_containing, tool_runs
@@ -93,7 +93,7 @@ def test_a_run_longer_than_its_lease_keeps_it_and_runs_once(slack, env, conn, tm
         started = time.time()
 
         def renewed_past_the_first_lease() -> bool:
-            held = conn.get(store.lease_key(pause_id))
+            held = conn.get(store.keys.lease_key(pause_id))
             return held is not None and float(held) > started + LEASE_SECONDS
 
         wait_until(renewed_past_the_first_lease, LEASE_SECONDS * 2, "the lease renewed")
@@ -104,7 +104,7 @@ def test_a_run_longer_than_its_lease_keeps_it_and_runs_once(slack, env, conn, tm
         hold.unlink(missing_ok=True)
         worker.stop()
     assert len(tool_runs(env, "charge_card")) == 1
-    events = [e["event"] for e in store.audit_trail(conn, pause_id)]
+    events = [e["event"] for e in store.audit.audit_trail(conn, pause_id)]
     assert "interrupted" not in events and "requeued" not in events
 
 

@@ -34,7 +34,7 @@ def test_two_hundred_pauses_through_429s_and_500s_each_get_exactly_one_card(
         *[lambda: run_agent("scripted", prompt, tools=[delete_path]) for _ in range(200)]
     )
     ids = [o.pause_id for o in outcomes]
-    assert len(set(ids)) == 200 and store.pending_count(conn) == 200
+    assert len(set(ids)) == 200 and store.pending.pending_count(conn) == 200
 
     wait_until(lambda: len(_card_ids(slack)) >= 200, 120, "200 cards")
     elapsed = time.monotonic() - started
@@ -46,5 +46,5 @@ def test_two_hundred_pauses_through_429s_and_500s_each_get_exactly_one_card(
     assert len(failed) == 20  # every injected fault was met, and retried
     assert elapsed >= 1  # the 429s' Retry-After was honoured, not ignored
     for pause_id in ids:
-        approval = store.load(conn, pause_id)
+        approval = store.records.load(conn, pause_id)
         assert approval.status is Status.PENDING and approval.card_ts is not None

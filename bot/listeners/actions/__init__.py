@@ -172,11 +172,11 @@ def handle_turn(
     lead_id, user, name = clicked
     approve = body["actions"][0].get("action_id") == APPROVE_ALL_ACTION
     try:
-        lead = store.load(runtime.conn, lead_id)
+        lead = store.records.load(runtime.conn, lead_id)
     except ApprovalsError as exc:
         _tell(respond, explain(exc))
         return
-    waiting = store.turn_pending(runtime.conn, lead.turn) if lead.in_turn else []
+    waiting = store.turns.turn_pending(runtime.conn, lead.turn) if lead.in_turn else []
     if not waiting:
         _tell(respond, "Nothing of this turn waits for a decision any more.")
         return

@@ -58,9 +58,9 @@ def answer_pending(
     if respond.response_url is None:  # nowhere to answer
         return
     keep = pending_filter(runtime, user, query)
-    page = store.pending_page(runtime.conn, keep, offset, PAGE_SIZE)
+    page = store.pending.pending_page(runtime.conn, keep, offset, PAGE_SIZE)
     # "all" also shows what was decided lately, by people, rules, grants or expiry.
-    recent = store.recent_decisions(runtime.conn, RECENT_SHOWN) if query == "all" else []
+    recent = store.pending.recent_decisions(runtime.conn, RECENT_SHOWN) if query == "all" else []
     respond(
         response_type="ephemeral",
         replace_original=replace,

@@ -32,7 +32,7 @@ def handle_app_home_opened(
 def publish_home(runtime: Runtime, client: WebClient, user: str) -> None:
     """Draw the viewer's Home tab: pending, recent decisions, grants with Revoke."""
     keep = pending_filter(runtime, user, "")
-    page = store.pending_page(runtime.conn, keep, 0, HOME_PAGE_SIZE)
-    recent = store.recent_decisions(runtime.conn, limit=10)
+    page = store.pending.pending_page(runtime.conn, keep, 0, HOME_PAGE_SIZE)
+    recent = store.pending.recent_decisions(runtime.conn, limit=10)
     found = grants.list_grants(runtime.conn)[:HOME_GRANTS]
     client.views_publish(user_id=user, view=build_home(page, recent, found))

@@ -119,7 +119,7 @@ def _form(runtime: Runtime, ack: Ack, body: dict[str, Any], view: dict[str, Any]
         ack(response_action="update", view=build_notice_modal(_UNREADABLE))
         return None
     try:
-        approval = store.load(runtime.conn, metadata)
+        approval = store.records.load(runtime.conn, metadata)
     except ApprovalsError as exc:
         ack(response_action="update", view=build_notice_modal(explain(exc)))
         return None

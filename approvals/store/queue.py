@@ -8,15 +8,16 @@ Jobs use RQ's JSON serializer: nothing is ever unpickled from Redis.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import redis
 from rq import Queue, Retry
 from rq.job import Job as RQJob
+from rq.scheduler import SCHEDULER_KEY_TEMPLATE, RQScheduler
 from rq.serializers import JSONSerializer
 
-from approvals import store
 from approvals.config import Settings
+from approvals.store import deadlines
 
 POST_CARD = "approvals.worker.jobs.post_card"
 RESUME = "approvals.worker.jobs.resume_approval"
@@ -30,7 +31,7 @@ GRANT_LINE = "approvals.worker.jobs.announce_grant_use"
 REMIND = "approvals.worker.jobs.remind_approvers"
 ESCALATE = "approvals.worker.jobs.escalate_approval"
 
-#: The kinds of deadline ``store.add_deadline`` keeps.
+#: The kinds of deadline ``deadlines.add_deadline`` keeps.
 EXPIRE_DEADLINE = "expire"
 WARN_DEADLINE = "warn"
 REMIND_DEADLINE = "remind"
@@ -155,10 +156,10 @@ def schedule_expiry(
     keep; a decision removes them.
     """
     target = pipeline if pipeline is not None else conn
-    store.add_deadline(target, EXPIRE_DEADLINE, approval_id, expires_at)
+    deadlines.add_deadline(target, EXPIRE_DEADLINE, approval_id, expires_at)
     warn_at = expires_at - settings.warn_before * (expires_at - created_at)
     if settings.warn_before > 0 and warn_at > created_at:
-        store.add_deadline(target, WARN_DEADLINE, approval_id, warn_at)
+        deadlines.add_deadline(target, WARN_DEADLINE, approval_id, warn_at)
 
 
 def schedule_reminders(
@@ -169,9 +170,9 @@ def schedule_reminders(
     ``target`` is a client or the pause's pipeline. Each reminder job records the next one.
     """
     if remind_after > 0:
-        store.add_deadline(target, REMIND_DEADLINE, approval_id, created_at + remind_after)
+        deadlines.add_deadline(target, REMIND_DEADLINE, approval_id, created_at + remind_after)
     if escalate_after > 0:
-        store.add_deadline(target, ESCALATE_DEADLINE, approval_id, created_at + escalate_after)
+        deadlines.add_deadline(target, ESCALATE_DEADLINE, approval_id, created_at + escalate_after)
 
 
 def enqueue_deadline(conn: redis.Redis, settings: Settings, kind: str, approval_id: str) -> None:
@@ -237,3 +238,20 @@ def enqueue_finish(conn: redis.Redis, settings: Settings, run_id: str) -> None:
         job_timeout=settings.job_timeout,
         result_ttl=RESULT_TTL,
     )
+
+
+def scheduler(conn: redis.Redis, settings: Settings) -> tuple[str, str | None, dict[str, str]]:
+    """Which RQ scheduler holds the queue's scheduler lock: (the lock's key, the holder's
+    name or None, what the holder says of itself: pid, hostname...).
+
+    RQ 3.0 keeps the lock at ``rq:scheduler-lock:<queue>`` (``RQScheduler.get_locking_key``),
+    holding the scheduler's name, with a TTL of about a minute that its heartbeat renews.
+    """
+    key = str(RQScheduler.get_locking_key(settings.queue))
+    holder = cast(bytes | None, conn.get(key))
+    if holder is None:
+        return key, None, {}
+    name = holder.decode(errors="replace")
+    raw = cast(dict[bytes, bytes], conn.hgetall(SCHEDULER_KEY_TEMPLATE % name))
+    meta = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
+    return key, name, meta

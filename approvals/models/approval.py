@@ -270,7 +270,8 @@ class Approval:
     receipt: str | None = None
     #: When the card was escalated (None: not, or not yet).
     escalated_at: float | None = None
-    #: The turn's approvals as read with this one (``store.load``), lead first; never stored.
+    #: The turn's approvals as read with this one (``store.records.load``), lead first; never
+    #: stored.
     turn_calls: tuple[Approval, ...] = field(default=(), repr=False, compare=False)
 
     @property

@@ -1,0 +1,51 @@
+"""The records everything else is about, plain dataclasses with no I/O: the approval and its
+state machine (``approval``), a grant (``grant``), and what a run ended with (``outcome``).
+
+The approval's names are re-exported here, as most code needs only them.
+"""
+
+from approvals.models.approval import (
+    DECIDED,
+    FINISHED,
+    TRANSITIONS,
+    Approval,
+    DecidedBy,
+    Decision,
+    DecisionKind,
+    OnReject,
+    Policy,
+    RunResult,
+    SiblingResult,
+    Status,
+    ToolRef,
+    approval_from_parts,
+    decision_from_dict,
+    decision_to_dict,
+    policy_from_dict,
+    policy_to_dict,
+    result_to_dict,
+    sources_of,
+)
+
+__all__ = [
+    "DECIDED",
+    "FINISHED",
+    "TRANSITIONS",
+    "Approval",
+    "DecidedBy",
+    "Decision",
+    "DecisionKind",
+    "OnReject",
+    "Policy",
+    "RunResult",
+    "SiblingResult",
+    "Status",
+    "ToolRef",
+    "approval_from_parts",
+    "decision_from_dict",
+    "decision_to_dict",
+    "policy_from_dict",
+    "policy_to_dict",
+    "result_to_dict",
+    "sources_of",
+]
