@@ -278,14 +278,12 @@ def test_deadlines_are_counted_and_long_overdue_ones_warn(env, conn):
     """Deadlines ahead are counted; one overdue by more than a minute means no worker sweeps."""
     settings = Settings.from_env()
     now = time.time()
-    store.deadlines.add_deadline(conn, queue.EXPIRE_DEADLINE, "a1", now + 3600)
-    store.deadlines.add_deadline(conn, queue.WARN_DEADLINE, "a1", now + 3000)
+    deadlines.add(conn, deadlines.Kind.EXPIRE, "a1", now + 3600)
+    deadlines.add(conn, deadlines.Kind.WARN, "a1", now + 3000)
     ahead = doctor.check_queue(conn, settings)
     assert ahead.level is Level.OK and "2 deadlines ahead" in ahead.message
 
-    store.deadlines.add_deadline(
-        conn, queue.EXPIRE_DEADLINE, "a2", now - 2 * deadlines.OVERDUE_SECONDS
-    )
+    deadlines.add(conn, deadlines.Kind.EXPIRE, "a2", now - 2 * deadlines.OVERDUE_SECONDS)
     late = doctor.check_queue(conn, settings)
     assert late.level is Level.WARN
     assert "1 deadlines are more than 60 s overdue" in late.message

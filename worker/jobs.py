@@ -7,31 +7,21 @@ published once.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
 import logging
-import threading
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
 from slack_sdk import WebClient
 
 from approvals import store
-from approvals.calls import agent, outcomes
+from approvals.calls import outcomes, resume
 from approvals.config import Settings
-from approvals.decisions import reminders, review
-from approvals.decisions.recovery import LEASE_SECONDS
-from approvals.errors import InvalidReceipt, ResumeError, ToolAlreadyStarted
-from approvals.models import DECIDED, Approval, RunResult, Status, result_to_dict
+from approvals.decisions import deadlines, reminders
 from approvals.ops.logs import bind_approval
-from approvals.proof import receipts
 from approvals.slack import web as slack
-from approvals.store import queue
 
 log = logging.getLogger(__name__)
 
@@ -47,22 +37,6 @@ def _about_approval(job: F) -> F:
             return job(approval_id, *args, **kwargs)
 
     return bound  # type: ignore[return-value]
-
-
-#: A run shorter than this goes straight to its result, without a "running" redraw between.
-RUNNING_AFTER = 1.0
-
-#: How long the end of a run waits for a "running" redraw already under way (a Slack call
-#: sleeping out a rate limit), so that the result is what the card shows last.
-NOTICE_WAIT = 15.0
-
-#: The flag (``store.records.claim``) that lets one attempt publish a run's result.
-PUBLISHED = "result_published"
-#: The flag set once the result is on the card and in its thread.
-SHOWN = "result_shown"
-
-#: Longer than a card post can take with slack_sdk's own retries (Retry-After included).
-CARD_LOCK_SECONDS = 90
 
 
 @functools.cache
@@ -92,54 +66,10 @@ def warm() -> None:
     urllib.request.install_opener(urllib.request.build_opener())
 
 
-class CardBeingPosted(Exception):
-    """Another attempt is posting this card right now; RQ retries this job later."""
-
-
 @_about_approval
 def post_card(approval_id: str) -> str | None:
-    """Post the approval's card once; returns its ts (None when it was already posted).
-
-    A short lock keeps two attempts (RQ runs jobs at least once) from posting it twice; if
-    the holder dies, the lock lapses and a retry posts the card.
-    """
-    approval = store.records.load(_conn(), approval_id)
-    if approval.card_ts is not None:
-        return None
-    if not store.records.lock(_conn(), approval_id, "card", ttl=CARD_LOCK_SECONDS):
-        raise CardBeingPosted(approval_id)
-    try:
-        if store.records.card_posted(
-            _conn(), approval_id
-        ):  # by the attempt that held the lock before
-            return None
-        ts = slack.post_card(_client(), approval)
-        for call_id in approval.turn[1:]:  # the turn's other calls are on this card too
-            store.records.set_card(_conn(), call_id, ts)
-        recorded, now = store.records.record_card(_conn(), approval_id, ts)
-        if recorded:
-            store.audit.append(
-                _conn(), approval_id, "card_posted", "bot", channel=approval.channel, ts=ts
-            )
-        log.info("card posted in %s (ts %s)", approval.channel, ts)
-        if now.status is Status.PENDING and any(
-            c.status is not Status.PENDING or c.votes for c in now.turn_calls
-        ):  # a call of the turn was decided while its card was being posted
-            slack.update_card(_client(), now)
-            for call in now.turn_calls[1:]:
-                if call.status is not Status.PENDING:
-                    slack.announce_decision(
-                        _client(), _conn(), store.records.load(_conn(), call.id)
-                    )
-        # Someone may have clicked the card before its ts was recorded (see announce_decision).
-        if now.status is not Status.PENDING:
-            slack.announce_decision(_client(), _conn(), now)
-        elif now.votes:
-            slack.update_card(_client(), now)  # the count so far
-        return ts
-    finally:
-        # Posted: the card's ts stops any later attempt. Refused: the retry may post it.
-        store.records.unlock(_conn(), approval_id, "card")
+    """Post the approval's card once; returns its ts (None when it was already posted)."""
+    return slack.post_card_once(_client(), _conn(), approval_id)
 
 
 @_about_approval
@@ -151,374 +81,37 @@ def announce_decision(approval_id: str) -> None:
 @_about_approval
 def expire_approval(approval_id: str) -> str:
     """At the deadline: expire the approval unless someone decided first."""
-    expired = review.expire(_conn(), _settings(), approval_id)
-    if expired is None:
-        return "decided in time"
-    slack.announce_decision(_client(), _conn(), expired)
-    return "expired"
+    return deadlines.expire(_conn(), _settings(), _client(), approval_id)
 
 
 @_about_approval
 def warn_expiry(approval_id: str) -> None:
     """Remind the thread that the approval expires soon, if it is still waiting."""
-    approval = store.records.load(_conn(), approval_id)
-    if approval.status is Status.PENDING and store.records.claim(_conn(), approval_id, "warned"):
-        slack.warn_expiry(_client(), approval)
-        store.audit.append(_conn(), approval_id, "expiry_warned", "system")
+    deadlines.warn(_conn(), _client(), approval_id)
 
 
 @_about_approval
 def remind_approvers(approval_id: str) -> None:
     """Remind the thread and each approver of a request still waiting; schedule the next."""
-    conn, settings = _conn(), _settings()
-    approval = store.records.load(conn, approval_id)
-    round_ = reminders.due_round(approval, time.time())
-    if approval.status is not Status.PENDING or round_ < 1:
-        return
-    following = reminders.next_reminder_at(approval, round_)
-    if following is not None:  # first, so a failed post does not end the reminders
-        store.deadlines.add_deadline(conn, queue.REMIND_DEADLINE, approval_id, following)
-    if not _acts_for_card(conn, approval):
-        return
-    # Claimed on the card's approval (the turn's lead), so each round is sent once per card.
-    if not store.records.claim(conn, approval.turn_lead, f"reminded_{round_}"):
-        return
-    client = _client()
-    people = reminders.approvers_to_remind(
-        settings, approval, lambda group: slack.group_members(client, conn, group)
-    )
-    slack.remind(client, approval, people, round_, reminders.MAX_REMINDERS)
-    store.audit.append(conn, approval_id, "reminded", "system", round=round_, people=people)
-
-
-def _acts_for_card(conn: redis.Redis, approval: Approval) -> bool:
-    """Whether this approval's reminder or escalation speaks for its card: a turn's card is
-    spoken for by its first call still waiting, not once per call."""
-    pending = store.turns.turn_pending(conn, approval.turn) if approval.in_turn else [approval.id]
-    return reminders.acts_for_card(approval, pending)
+    reminders.remind(_conn(), _settings(), _client(), approval_id)
 
 
 @_about_approval
 def escalate_approval(approval_id: str) -> None:
-    """Post a request nobody decided to ``escalate_to``, once; its groups may then decide."""
-    conn = _conn()
-    approval = store.records.load(conn, approval_id)
-    if approval.status is not Status.PENDING or not approval.escalate_to:
-        return
-    if not _acts_for_card(conn, approval):
-        return
-    # The whole card is escalated: every call of a turn, claimed on the card's approval.
-    whole = list(approval.turn) if approval.in_turn else [approval_id]
-    if not store.records.claim(conn, approval.turn_lead, "escalated"):
-        return
-    for call_id in whole:
-        if call_id != approval.turn_lead:
-            store.records.claim(conn, call_id, "escalated")
-    approval = store.records.load(conn, approval_id)  # with its escalation time, for the cards
-    channels = reminders.escalation_channels(approval)
-    try:
-        slack.escalate(_client(), approval, channels, reminders.escalation_groups(approval))
-    except Exception:
-        # Slack refused or was away: try again shortly, as a deadline like the first.
-        for call_id in whole:
-            store.records.release(conn, call_id, "escalated")
-        store.deadlines.add_deadline(conn, queue.ESCALATE_DEADLINE, approval_id, time.time() + 30)
-        raise
-    store.audit.append(conn, approval_id, "escalated", "system", to=list(approval.escalate_to))
+    """Post a request nobody decided to ``escalate_to``, once."""
+    reminders.escalate(_conn(), _client(), approval_id)
 
 
 @_about_approval
 def announce_grant_use(approval_id: str) -> None:
     """Post the compact line for a call a grant let through (once, whatever RQ retries)."""
-    approval = store.records.load(_conn(), approval_id)
-    if store.records.claim(_conn(), approval_id, "grant_line_posted"):
-        try:
-            slack.post_grant_use(_client(), approval)
-        except Exception:
-            store.records.release(_conn(), approval_id, "grant_line_posted")  # RQ retries it
-            raise
+    slack.post_grant_use_once(_client(), _conn(), approval_id)
 
 
 @_about_approval
 def resume_approval(approval_id: str) -> str:
-    """Resume a decided approval, at most once, and record how the run ended.
-
-    Each approval has a job of its own. RQ may run that job twice; only the attempt that
-    moves the approval to ``running`` runs it, and the lease that comes with the move lets
-    recovery (``approvals.decisions.recovery``) tell a live run from one whose worker died.
-    """
-    conn, settings = _conn(), _settings()
-    turn = store.turns.turn_of(conn, approval_id)
-    if turn and turn[0] != approval_id:
-        log.warning("approval %s resumes with its turn's lead %s", approval_id, turn[0])
-        return "skipped"
-    if turn and store.turns.turn_pending(conn, turn):
-        log.warning("approval %s: its turn still waits for decisions", approval_id)
-        return "skipped"
-    # The lease comes with the move: a running approval without one is taken for dead.
-    taken = store.transitions.transition(
-        conn,
-        approval_id,
-        Status.RUNNING,
-        sources=DECIDED,
-        event=store.audit.audit_entry("resume_started", "worker"),
-        lease=LEASE_SECONDS,
-    ).ok
-    if not taken:
-        unshown = _left_unshown(conn, approval_id)
-        if unshown is not None:
-            log.warning("approval %s: its run ended unshown; showing the result", approval_id)
-            _publish_now(unshown, claimed=True)
-            return "shown"
-        log.warning("approval %s is not waiting to resume; not running it again", approval_id)
-        return "skipped"
-    with _lease_kept(conn, approval_id):
-        return _resume(conn, settings, approval_id)
-
-
-def _resume(conn: redis.Redis, settings: Settings, approval_id: str) -> str:
-    approval, history = store.records.load_with_history(conn, approval_id)
-    # The card says "running" when the run takes a while; the update must not delay the
-    # tool, so its clock starts once the tool has (or now, when the tool is not to run).
-    shown: list[threading.Timer] = []
-
-    def show_soon() -> None:
-        notice = threading.Timer(RUNNING_AFTER, _show_running, args=(approval,))
-        notice.daemon = True
-        notice.start()
-        shown.append(notice)
-
-    decision = approval.decision
-    if decision is None or not decision.kind.runs_tool:
-        show_soon()
-    _note_expired_receipt(conn, approval)
-    result, calls = _run(conn, settings, approval, show_soon, history)
-    if result.status is Status.INTERRUPTED:
-        _record_end(conn, approval_id, Status.INTERRUPTED, "interrupted", reason=result.error or "")
-        _call_off(shown)
-        queue.enqueue_interrupted(conn, settings, approval_id)
-        return result.status.value
-    finished = _record_end(
-        conn,
-        approval_id,
-        result.status,
-        "resume_finished",
-        # The result and the right to publish it, in one step: nothing else publishes it.
-        {"result": json.dumps(result_to_dict(result)), PUBLISHED: repr(time.time())},
-        status=result.status.value,
-        error=result.error or "",
-        next_approval_id=result.next_approval_id or "",
-        executed_arguments=result.executed_arguments,
-        tool_output=result.tool_output or "",
-    )
-    if approval.in_turn:
-        _record_turn_end(conn, approval, result, calls)
-    _call_off(shown)
-    if finished and result.status in (Status.COMPLETED, Status.FAILED):
-        _finish_run(conn, settings, approval_id)
-    elif finished and result.status is Status.PAUSED and approval.run_id is not None:
-        _wake(conn, approval.run_id, settings.result_ttl)
-    if finished and not approval.in_turn:  # what was just stored, without reading it back
-        approval.status, approval.result = result.status, result
-    else:  # moved on meanwhile (recovery took it for dead): show what the record says
-        approval = store.records.load(conn, approval_id)
-    _publish_now(approval, finished)
-    return result.status.value
-
-
-def _note_expired_receipt(conn: redis.Redis, approval: Approval) -> None:
-    """Say in the audit trail when the run starts after its receipt expired (the workers were
-    busy or down longer than ``APPROVALS_RECEIPT_TTL``): the service will refuse the call,
-    and a Retry signs a fresh receipt. The worker cannot sign one itself, and runs the call
-    all the same: whether to accept it is the service's to decide."""
-    if approval.receipt is None:
-        return
-    try:
-        expires = float(receipts.unverified_claims(approval.receipt)["exp"])
-    except (InvalidReceipt, KeyError, TypeError, ValueError):
-        return  # not for the worker to judge: the service verifies it
-    late = time.time() - expires
-    if late > 0:
-        log.warning("approval %s: its receipt expired %.0f s before the run", approval.id, late)
-        store.audit.append(
-            conn, approval.id, "receipt_expired", "worker", seconds_late=f"{late:.0f}"
-        )
-
-
-def _left_unshown(conn: redis.Redis, approval_id: str) -> Approval | None:
-    """The approval, if an earlier attempt of this job recorded how the run ended, which gave
-    it the right to publish the result, then died or raised before the result was shown.
-
-    RQ runs a job again only once the attempt before it is over (it raised, or its worker or
-    work-horse died), so nothing else is showing this result now.
-    """
-    published, shown = store.records.flags(conn, approval_id, PUBLISHED, SHOWN)
-    if not published or shown:
-        return None
-    approval = store.records.load(conn, approval_id)
-    ended = approval.status in (Status.COMPLETED, Status.FAILED, Status.PAUSED)
-    return approval if ended else None
-
-
-def _record_turn_end(
-    conn: redis.Redis,
-    lead: Approval,
-    result: RunResult,
-    calls: dict[str, tuple[dict[str, Any] | None, str | None]],
-) -> None:
-    """The other calls of the lead's turn ran (or were refused) in the lead's resume: each
-    ends as the run did, with what its own tool ran with and returned. Their results are
-    shown on the turn's one card, with the lead's, so none is published on its own."""
-    for call_id in lead.turn[1:]:
-        ran_with, output = calls.get(call_id, (None, None))
-        own = dataclasses.replace(result, executed_arguments=ran_with, tool_output=output)
-        moved = store.transitions.transition(
-            conn, call_id, Status.RUNNING, sources=DECIDED, lease=LEASE_SECONDS,
-            event=store.audit.audit_entry("resume_started", "worker", turn=lead.id),
-        ).ok  # fmt: skip
-        if moved:
-            _record_end(
-                conn, call_id, result.status, "resume_finished",
-                {"result": json.dumps(result_to_dict(own)), PUBLISHED: repr(time.time())},
-                status=result.status.value, turn=lead.id, tool_output=output or "",
-            )  # fmt: skip
-
-
-def _finish_run(conn: redis.Redis, settings: Settings, approval_id: str) -> None:
-    """Store the run's outcome and queue its ``on_finish``; a failure here is logged, never
-    keeps the card from showing the result (``wait`` still reads the end from the records)."""
-    try:
-        store.runs.finish_run(conn, settings, store.records.load(conn, approval_id))
-    except Exception:
-        log.exception("could not record the outcome of the run of approval %s", approval_id)
-
-
-def _wake(conn: redis.Redis, run_id: str, ttl: int) -> None:
-    """Tell the run's waiters it paused again (``wait(follow=False)`` returns at that)."""
-    try:
-        store.runs.wake_run(conn, run_id, "paused", ttl)
-    except redis.RedisError:  # waiters look again on their own within seconds
-        log.warning("could not wake the waiters of run %s", run_id, exc_info=True)
-
-
-def _record_end(
-    conn: redis.Redis,
-    approval_id: str,
-    end: Status,
-    event: str,
-    fields: dict[str, str] | None = None,
-    **details: Any,
-) -> bool:
-    """Move a run to how it ended, with its audit event, in one step; False if it had been
-    moved on meanwhile (the event is recorded all the same: the run did happen)."""
-    entry = store.audit.audit_entry(event, "worker", **details)
-    moved = store.transitions.transition(
-        conn, approval_id, end, fields, sources=[Status.RUNNING], event=entry
-    ).ok
-    if not moved:
-        store.audit.append(conn, approval_id, event, "worker", **details)
-    return moved
-
-
-def _run(
-    conn: redis.Redis,
-    settings: Settings,
-    approval: Approval,
-    on_tool_start: Callable[[], None],
-    history: bytes | None,
-) -> tuple[RunResult, dict[str, tuple[dict[str, Any] | None, str | None]]]:
-    try:
-        saved = store.records.parse_history(approval.id, history)  # a broken one fails the run
-        # Each released call is handed its own receipt as it starts (agent's before_call);
-        # whatever else the resume runs, before or after, gets none.
-        with receipts.holding(None):
-            resumed = agent.resume(conn, settings, approval, on_tool_start, saved)
-    except ToolAlreadyStarted as exc:  # another attempt started the tool: never twice
-        return RunResult(Status.INTERRUPTED, error=str(exc)), {}
-    except ResumeError as exc:
-        return RunResult(Status.FAILED, error=str(exc)), {}
-    except Exception as exc:  # the agent's own failure is reported, not retried blindly
-        log.exception("resume of approval %s failed", approval.id)
-        return RunResult(Status.FAILED, error=f"{type(exc).__name__}: {exc}"), {}
-    outcome = resumed.outcome
-    paused = outcome.status == "paused"
-    return RunResult(
-        Status.PAUSED if paused else Status.COMPLETED,
-        text=None if paused else outcome.text,
-        next_approval_id=outcome.pause_id if paused else None,
-        executed_arguments=resumed.executed_arguments,
-        tool_output=resumed.tool_output,
-    ), resumed.calls
-
-
-def _call_off(notices: list[threading.Timer]) -> None:
-    """Call off the "running" update, or wait for it if it began: the result comes last."""
-    for notice in notices:
-        notice.cancel()
-        notice.join(NOTICE_WAIT)
-
-
-def _publish_now(approval: Approval, claimed: bool = False) -> None:
-    """Publish the result from this job; on failure, as its own job that RQ retries.
-
-    The result is stored before this runs, so a Slack outage never loses it: the publish job
-    (the outbox) shows it once Slack answers, and the "result_published" flag makes sure it is
-    shown once. Publishing here first spares every run that second job.
-    """
-    try:
-        _publish(approval, claimed)
-    except Exception:
-        log.warning("publishing approval %s failed; retrying as a job", approval.id, exc_info=True)
-        queue.enqueue_publish(_conn(), _settings(), approval.id)
-
-
-def _show_running(approval: Approval) -> None:
-    approval.status = Status.RUNNING
-    with bind_approval(approval.id):  # a new thread does not inherit the binding
-        try:
-            slack.update_card(_client(), approval)
-        except Exception:  # cosmetic: the final state is published by its own retried job
-            log.warning("could not show approval %s as running", approval.id, exc_info=True)
-
-
-@contextmanager
-def _lease_kept(conn: redis.Redis, approval_id: str) -> Iterator[None]:
-    """Renew the lease while the resume runs; it lapses on its own if this process dies.
-
-    The lease is ours rather than RQ's job heartbeat: ``SimpleWorker`` sends no heartbeat while
-    a job runs, and recovery reads the lease and the approval's state in one atomic step.
-    A run that ends normally has moved out of ``running``, which ended the lease; one that
-    raised drops it here.
-    """
-    renewal = _Renewal(
-        LEASE_SECONDS / 3, store.leases.hold_lease, args=(conn, approval_id, LEASE_SECONDS)
-    )
-    renewal.daemon = True
-    renewal.start()
-    ended = False
-    try:
-        yield
-        ended = True
-    finally:
-        renewal.cancel()
-        renewal.join()  # a renewal under way lands before the lease is dropped
-        if not ended:
-            store.leases.drop_lease(conn, approval_id)
-
-
-class _Renewal(threading.Timer):
-    """A ``threading.Timer`` that calls again every ``interval`` until cancelled.
-
-    A failed call (Redis restarting, say) is logged and tried again next time: the lease
-    holds for three intervals, so one missed renewal does not let it lapse.
-    """
-
-    def run(self) -> None:
-        while not self.finished.wait(self.interval):
-            try:
-                self.function(*self.args, **self.kwargs)
-            except Exception:
-                log.warning("could not renew a lease; trying again", exc_info=True)
+    """Resume a decided approval, at most once, and show how the run ended (``resume``)."""
+    return resume.resume(_conn(), _settings(), _client(), approval_id)
 
 
 @_about_approval
@@ -530,19 +123,7 @@ def announce_interrupted(approval_id: str) -> None:
 @_about_approval
 def publish_result(approval_id: str) -> None:
     """Show the run's end on the card and in its thread (once, even if retried)."""
-    _publish(store.records.load(_conn(), approval_id))
-
-
-def _publish(approval: Approval, claimed: bool = False) -> None:
-    conn = _conn()
-    if not claimed and not store.records.claim(conn, approval.id, PUBLISHED):
-        return
-    try:
-        slack.announce_result(_client(), approval)
-    except Exception:
-        store.records.release(conn, approval.id, PUBLISHED)  # let RQ's retry try again
-        raise
-    store.records.claim(conn, approval.id, SHOWN)
+    resume.publish(_conn(), _client(), store.records.load(_conn(), approval_id))
 
 
 def call_on_finish(run_id: str) -> str:

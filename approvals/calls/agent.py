@@ -42,7 +42,7 @@ from approvals.calls.tools import (
     tool_refs,
 )
 from approvals.config import Settings
-from approvals.decisions import automatic, grants, ijson, policy, reminders
+from approvals.decisions import automatic, deadlines, grants, ijson, policy
 from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
 from approvals.models import (
     Approval,
@@ -607,7 +607,7 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         approval = _new_approval(asked_call, pause.tool_results, context, asked_gate, channel)
         waits = _required(approval, asked_gate, asked_verdict, settings)
         approval.expires_at = 0.0 if waits is None else approval.created_at + waits
-        reminders.set_schedule(
+        deadlines.plan(
             approval, settings, asked_gate.remind_after, asked_gate.escalate_after,
             asked_gate.escalate_to,
         )  # fmt: skip
@@ -630,21 +630,14 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
     pipe = None
     longest = [w for _, w, _ in made]
     run_ttl = None if None in longest else int(max(w or 0 for w in longest)) + settings.result_ttl
-    for approval, waits, events in made:
+    for approval, _, events in made:
         # Only the lead is a pause of the run (and holds the history the resume starts from);
         # the outcome finds the others through it.
         pipe = store.records.create(
             context.conn, approval, history if approval is lead else [], run_ttl=run_ttl,
             events=events, pipeline=pipe, in_run=approval is lead,
         )  # fmt: skip
-        if waits is not None:  # expiry never approves; without one it waits for people
-            queue.schedule_expiry(
-                context.conn, settings, approval.id, approval.created_at, approval.expires_at,
-                pipeline=pipe,
-            )  # fmt: skip
-        queue.schedule_reminders(
-            pipe, approval.id, approval.created_at, approval.remind_after, approval.escalate_after
-        )
+        deadlines.schedule(pipe, settings, approval)
     assert pipe is not None
     queue.enqueue_card(context.conn, settings, lead.id, pipeline=pipe)
     pipe.execute()

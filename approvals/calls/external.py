@@ -22,7 +22,7 @@ import redis
 
 from approvals import store
 from approvals.config import Settings
-from approvals.decisions import automatic, policy, reminders
+from approvals.decisions import automatic, deadlines, policy
 from approvals.decisions.schemas import validate_arguments
 from approvals.errors import ConfigError, NotAllowed, UnknownApproval
 from approvals.models import Approval, DecisionKind, Policy, RunResult, Status, ToolRef
@@ -112,7 +112,7 @@ def ask(conn: redis.Redis, settings: Settings, request: ExternalRequest) -> tupl
     )
     assert waits is not None
     approval.expires_at = approval.created_at + waits
-    reminders.set_schedule(
+    deadlines.plan(
         approval, settings, request.remind_after, request.escalate_after, request.escalate_to
     )
     digest = _key_digest(request.idempotency_key)
@@ -189,12 +189,7 @@ def _save(conn: redis.Redis, settings: Settings, approval: Approval, events: lis
         conn, approval, [], run_ttl=_run_ttl(settings, approval), events=events
     )
     queue.enqueue_card(conn, settings, approval.id, pipeline=pipe)
-    queue.schedule_expiry(
-        conn, settings, approval.id, approval.created_at, approval.expires_at, pipeline=pipe
-    )
-    queue.schedule_reminders(
-        pipe, approval.id, approval.created_at, approval.remind_after, approval.escalate_after
-    )
+    deadlines.schedule(pipe, settings, approval)
     pipe.execute()
 
 

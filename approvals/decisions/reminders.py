@@ -1,39 +1,31 @@
 """Nothing stranded: reminders to the approvers, and escalation to more people.
 
-Both are deadlines in Redis, written with the pause like the expiry (``queue.schedule_reminders``)
-and swept into jobs by every worker (``deadlines.sweep``), so they fire on time across restarts
-of every process; a decision removes them in the same atomic step as the decision. A reminder
-goes to the card's thread and, as a direct message with a link to the card, to each approver;
-it repeats every ``remind_after`` seconds, at most ``MAX_REMINDERS`` times. An escalation posts
-the card to ``escalate_to`` once, and the members of its user groups and channels may decide
-from then on. The calls of one turn share a card: each keeps the deadlines, and the first
-still waiting speaks for the card (``acts_for_card``).
+Both are deadlines (``deadlines``): written with the pause like the expiry and swept into jobs
+by every worker, so they fire on time across restarts of every process; a decision removes them
+in the same atomic step as the decision. A reminder goes to the card's thread and, as a direct
+message with a link to the card, to each approver; it repeats every ``remind_after`` seconds,
+at most ``MAX_REMINDERS`` times. An escalation posts the card to ``escalate_to`` once, and the
+members of its user groups and channels may decide from then on. The calls of one turn share a
+card: each keeps the deadlines, and the first still waiting speaks for the card
+(``acts_for_card``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection
 
+import redis
+from slack_sdk import WebClient
+
+from approvals import store
 from approvals.config import Settings
-from approvals.models import Approval
+from approvals.decisions import deadlines
+from approvals.models import Approval, Status
+from approvals.slack import web as slack
 
 #: Reminders per approval: after that, the escalation and the expiry take over.
 MAX_REMINDERS = 3
-
-
-def set_schedule(
-    approval: Approval,
-    settings: Settings,
-    remind_after: float | None,
-    escalate_after: float | None,
-    escalate_to: tuple[str, ...] | None,
-) -> None:
-    """The approval's reminder and escalation times: what its gate (or API request) asks,
-    else the settings'; no escalation without somewhere to escalate to."""
-    approval.remind_after = settings.remind_after if remind_after is None else remind_after
-    approval.escalate_to = settings.escalate_to if escalate_to is None else escalate_to
-    escalate = settings.escalate_after if escalate_after is None else escalate_after
-    approval.escalate_after = escalate if approval.escalate_to else 0.0
 
 
 def due_round(approval: Approval, now: float) -> int:
@@ -83,3 +75,58 @@ def escalation_channels(approval: Approval) -> list[str]:
 def escalation_groups(approval: Approval) -> list[str]:
     """The user groups an escalation calls on."""
     return [t for t in approval.escalate_to if t.startswith("S")]
+
+
+def remind(conn: redis.Redis, settings: Settings, client: WebClient, approval_id: str) -> None:
+    """Remind the thread and each approver of a request still waiting; schedule the next."""
+    approval = store.records.load(conn, approval_id)
+    round_ = due_round(approval, time.time())
+    if approval.status is not Status.PENDING or round_ < 1:
+        return
+    following = next_reminder_at(approval, round_)
+    if following is not None:  # first, so a failed post does not end the reminders
+        deadlines.add(conn, deadlines.Kind.REMIND, approval_id, following)
+    if not _acts_for_card(conn, approval):
+        return
+    # Claimed on the card's approval (the turn's lead), so each round is sent once per card.
+    if not store.records.claim(conn, approval.turn_lead, f"reminded_{round_}"):
+        return
+    people = approvers_to_remind(
+        settings, approval, lambda group: slack.group_members(client, conn, group)
+    )
+    slack.remind(client, approval, people, round_, MAX_REMINDERS)
+    store.audit.append(conn, approval_id, "reminded", "system", round=round_, people=people)
+
+
+def _acts_for_card(conn: redis.Redis, approval: Approval) -> bool:
+    """Whether this approval's reminder or escalation speaks for its card: a turn's card is
+    spoken for by its first call still waiting, not once per call."""
+    pending = store.turns.turn_pending(conn, approval.turn) if approval.in_turn else [approval.id]
+    return acts_for_card(approval, pending)
+
+
+def escalate(conn: redis.Redis, client: WebClient, approval_id: str) -> None:
+    """Post a request nobody decided to ``escalate_to``, once; its groups may then decide."""
+    approval = store.records.load(conn, approval_id)
+    if approval.status is not Status.PENDING or not approval.escalate_to:
+        return
+    if not _acts_for_card(conn, approval):
+        return
+    # The whole card is escalated: every call of a turn, claimed on the card's approval.
+    whole = list(approval.turn) if approval.in_turn else [approval_id]
+    if not store.records.claim(conn, approval.turn_lead, "escalated"):
+        return
+    for call_id in whole:
+        if call_id != approval.turn_lead:
+            store.records.claim(conn, call_id, "escalated")
+    approval = store.records.load(conn, approval_id)  # with its escalation time, for the cards
+    channels = escalation_channels(approval)
+    try:
+        slack.escalate(client, approval, channels, escalation_groups(approval))
+    except Exception:
+        # Slack refused or was away: try again shortly, as a deadline like the first.
+        for call_id in whole:
+            store.records.release(conn, call_id, "escalated")
+        deadlines.add(conn, deadlines.Kind.ESCALATE, approval_id, time.time() + 30)
+        raise
+    store.audit.append(conn, approval_id, "escalated", "system", to=list(approval.escalate_to))

@@ -22,7 +22,7 @@ from slack_sdk.web import SlackResponse
 
 from approvals import store
 from approvals.config import Settings
-from approvals.models import Approval
+from approvals.models import Approval, Status
 from approvals.slack import cards
 
 log = logging.getLogger(__name__)
@@ -130,8 +130,8 @@ def announce_decision(client: WebClient, conn: redis.Redis, approval: Approval) 
 
     The thread reply comes once per decision. A click can be decided before the worker has
     recorded the card it just posted (the card is on screen a moment earlier); then the
-    decider has nothing to redraw, and ``approvals.worker.jobs.post_card`` shows the decision
-    once the card is recorded. Both may look at once, so each claims the reply first.
+    decider has nothing to redraw, and ``post_card_once`` shows the decision once the card is
+    recorded. Both may look at once, so each claims the reply first.
     """
     if approval.card_ts is None or approval.decision is None:
         return
@@ -297,3 +297,63 @@ def members(client: WebClient, conn: redis.Redis, target: str) -> list[str]:
     if target.startswith("S"):
         return group_members(client, conn, target)
     return channel_members(client, conn, target)
+
+
+#: Longer than a card post can take with slack_sdk's own retries (Retry-After included).
+CARD_LOCK_SECONDS = 90
+
+
+class CardBeingPosted(Exception):
+    """Another attempt is posting this card right now; RQ retries this job later."""
+
+
+def post_card_once(client: WebClient, conn: redis.Redis, approval_id: str) -> str | None:
+    """Post the approval's card once; returns its ts (None when it was already posted).
+
+    A short lock keeps two attempts (RQ runs jobs at least once) from posting it twice; if
+    the holder dies, the lock lapses and a retry posts the card.
+    """
+    approval = store.records.load(conn, approval_id)
+    if approval.card_ts is not None:
+        return None
+    if not store.records.lock(conn, approval_id, "card", ttl=CARD_LOCK_SECONDS):
+        raise CardBeingPosted(approval_id)
+    try:
+        if store.records.card_posted(conn, approval_id):  # by the lock's holder before
+            return None
+        ts = post_card(client, approval)
+        for call_id in approval.turn[1:]:  # the turn's other calls are on this card too
+            store.records.set_card(conn, call_id, ts)
+        recorded, now = store.records.record_card(conn, approval_id, ts)
+        if recorded:
+            store.audit.append(
+                conn, approval_id, "card_posted", "bot", channel=approval.channel, ts=ts
+            )
+        log.info("card posted in %s (ts %s)", approval.channel, ts)
+        if now.status is Status.PENDING and any(
+            c.status is not Status.PENDING or c.votes for c in now.turn_calls
+        ):  # a call of the turn was decided while its card was being posted
+            update_card(client, now)
+            for call in now.turn_calls[1:]:
+                if call.status is not Status.PENDING:
+                    announce_decision(client, conn, store.records.load(conn, call.id))
+        # Someone may have clicked the card before its ts was recorded (see announce_decision).
+        if now.status is not Status.PENDING:
+            announce_decision(client, conn, now)
+        elif now.votes:
+            update_card(client, now)  # the count so far
+        return ts
+    finally:
+        # Posted: the card's ts stops any later attempt. Refused: the retry may post it.
+        store.records.unlock(conn, approval_id, "card")
+
+
+def post_grant_use_once(client: WebClient, conn: redis.Redis, approval_id: str) -> None:
+    """Post the compact line for a call a grant let through (once, whatever RQ retries)."""
+    approval = store.records.load(conn, approval_id)
+    if store.records.claim(conn, approval_id, "grant_line_posted"):
+        try:
+            post_grant_use(client, approval)
+        except Exception:
+            store.records.release(conn, approval_id, "grant_line_posted")  # RQ retries it
+            raise

@@ -17,7 +17,6 @@ from rq.scheduler import SCHEDULER_KEY_TEMPLATE, RQScheduler
 from rq.serializers import JSONSerializer
 
 from approvals.config import Settings
-from approvals.store import deadlines
 
 POST_CARD = "approvals.worker.jobs.post_card"
 RESUME = "approvals.worker.jobs.resume_approval"
@@ -30,12 +29,6 @@ FINISH = "approvals.worker.jobs.call_on_finish"
 GRANT_LINE = "approvals.worker.jobs.announce_grant_use"
 REMIND = "approvals.worker.jobs.remind_approvers"
 ESCALATE = "approvals.worker.jobs.escalate_approval"
-
-#: The kinds of deadline ``deadlines.add_deadline`` keeps.
-EXPIRE_DEADLINE = "expire"
-WARN_DEADLINE = "warn"
-REMIND_DEADLINE = "remind"
-ESCALATE_DEADLINE = "escalate"
 
 #: How long RQ keeps a finished job's result (the approval's own record is what matters).
 RESULT_TTL = 3600
@@ -140,58 +133,15 @@ def enqueue_announce(conn: redis.Redis, settings: Settings, approval_id: str) ->
     )
 
 
-def schedule_expiry(
-    conn: redis.Redis,
-    settings: Settings,
-    approval_id: str,
-    created_at: float,
-    expires_at: float,
-    pipeline: Any = None,
+def enqueue_deadline(
+    conn: redis.Redis, settings: Settings, function: str, job_id: str, approval_id: str
 ) -> None:
-    """Record the expiry, and the warning before it, as deadlines kept in Redis.
-
-    They live in a sorted set, not in a process, so they fire on time even when every bot
-    and worker restarted in between: each worker sweeps the due ones (``deadlines.sweep``)
-    into jobs. Two small entries per waiting approval, far less than RQ's scheduled jobs
-    keep; a decision removes them.
-    """
-    target = pipeline if pipeline is not None else conn
-    deadlines.add_deadline(target, EXPIRE_DEADLINE, approval_id, expires_at)
-    warn_at = expires_at - settings.warn_before * (expires_at - created_at)
-    if settings.warn_before > 0 and warn_at > created_at:
-        deadlines.add_deadline(target, WARN_DEADLINE, approval_id, warn_at)
-
-
-def schedule_reminders(
-    target: Any, approval_id: str, created_at: float, remind_after: float, escalate_after: float
-) -> None:
-    """Record the first reminder and the escalation as deadlines, like the expiry (0: none).
-
-    ``target`` is a client or the pause's pipeline. Each reminder job records the next one.
-    """
-    if remind_after > 0:
-        deadlines.add_deadline(target, REMIND_DEADLINE, approval_id, created_at + remind_after)
-    if escalate_after > 0:
-        deadlines.add_deadline(target, ESCALATE_DEADLINE, approval_id, created_at + escalate_after)
-
-
-def enqueue_deadline(conn: redis.Redis, settings: Settings, kind: str, approval_id: str) -> None:
-    """Ask a worker to act on a deadline that came due (the job ignores a decided approval)."""
-    function = {
-        EXPIRE_DEADLINE: EXPIRE,
-        WARN_DEADLINE: WARN,
-        REMIND_DEADLINE: REMIND,
-        ESCALATE_DEADLINE: ESCALATE,
-    }.get(kind)
-    if function is None:
-        return  # not ours: Redis is a trust boundary, and nothing else is named here
+    """Ask a worker to act on a deadline that came due (``approvals.decisions.deadlines``);
+    the job ignores an approval decided meanwhile."""
     get_queue(conn, settings).enqueue(
         function,
         approval_id,
-        # Reminders repeat: each round is a job of its own.
-        job_id=f"{kind}-{approval_id}-{time.time_ns()}"
-        if kind == REMIND_DEADLINE
-        else f"{kind}-{approval_id}",
+        job_id=job_id,
         job_timeout=60,
         result_ttl=RESULT_TTL,
         at_front=True,

@@ -14,7 +14,6 @@ import redis
 from approvals import store
 from approvals.config import Settings
 from approvals.decisions import deadlines
-from approvals.store import queue
 from approvals.worker import main as worker_main
 from tests.processes import redis_binary, start_redis, start_worker, wait_for_workers, wait_until
 from tests.test_retention import finish, held, pause
@@ -52,7 +51,7 @@ def test_a_redis_outage_is_reported_once_and_the_sweep_resumes_after_it(env, tmp
 
         assert failed_at == 1 and len(_logged(caplog, "round failed")) == 1
         conn = redis.Redis.from_url(f"{base}/0")
-        store.deadlines.add_deadline(conn, queue.EXPIRE_DEADLINE, "gone", time.time() - 1)
+        deadlines.add(conn, deadlines.Kind.EXPIRE, "gone", time.time() - 1)
         wait_until(lambda: conn.zcard(store.keys.DEADLINES_KEY) == 0, 10, "the deadline swept")
         conn.close()
     finally:

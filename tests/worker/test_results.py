@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from approvals import run_agent
-from approvals.worker.jobs import RUNNING_AFTER
+from approvals.calls.resume import RUNNING_AFTER
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.e2e import (
