@@ -1,8 +1,9 @@
-"""Write ``docs/cli.md`` from the commands' own ``--help``: ``python -m approvals.cli.docs``.
+"""Write the generated parts of the docs: ``python -m approvals.cli.docs``.
 
-The reference is generated, never pasted, so it cannot drift from the code: the test
-``tests/test_cli_docs.py`` fails when the file differs from what this module writes now.
-Help is formatted at a fixed width, so the output does not depend on the terminal.
+``docs/cli.md`` from the commands' own ``--help``, and the Redis key table of
+``docs/architecture.md`` from ``store.keys.KEYS``. They are generated, never pasted, so they
+cannot drift from the code: the tests fail when a file differs from what this module writes
+now. Help is formatted at a fixed width, so the output does not depend on the terminal.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import click
 
 #: Where the reference lives, from the repository root.
 DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+#: The page whose key table is written between ``KEYS_START`` and ``KEYS_END``.
+ARCHITECTURE_PATH = DOCS_PATH.with_name("architecture.md")
+KEYS_START = "<!-- keys:start -->"
+KEYS_END = "<!-- keys:end -->"
 #: The command that regenerates it (quoted in the file and in the test's failure).
 REGENERATE = "python -m approvals.cli.docs"
 #: Help lines are wrapped at this width, whatever the terminal's.
@@ -55,21 +60,40 @@ def render(command: click.Command | None = None, prog_name: str = "approvals") -
     return "\n".join(sections)
 
 
+def with_key_table(page: str) -> str:
+    """``page`` with the Redis key table (``store.keys.table()``) between its markers."""
+    from approvals.store import keys
+
+    before, start, rest = page.partition(KEYS_START)
+    _, end, after = rest.partition(KEYS_END)
+    if not start or not end:
+        raise ValueError(f"{ARCHITECTURE_PATH.name} lacks the {KEYS_START} ... {KEYS_END} markers")
+    return f"{before}{KEYS_START}\n{keys.table()}{KEYS_END}{after}"
+
+
+def expected() -> dict[Path, str]:
+    """Each generated file and what it must hold."""
+    page = ARCHITECTURE_PATH.read_text(encoding="utf-8")
+    return {DOCS_PATH: render(), ARCHITECTURE_PATH: with_key_table(page)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Write the reference; with ``--check``, only report whether it is current (exit 1 if not)."""
+    """Write the generated docs; with ``--check``, only report whether they are current (exit 1
+    if not)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    expected = render()
-    if args == ["--check"]:
-        current = DOCS_PATH.exists() and DOCS_PATH.read_text(encoding="utf-8") == expected
-        if not current:
-            print(f"{DOCS_PATH} is out of date: run `{REGENERATE}`", file=sys.stderr)
-        return 0 if current else 1
-    if args:
+    if args not in ([], ["--check"]):
         print(f"usage: {REGENERATE} [--check]", file=sys.stderr)
         return 2
-    DOCS_PATH.write_text(expected, encoding="utf-8")
-    print(f"wrote {DOCS_PATH}")
-    return 0
+    stale = 0
+    for path, text in expected().items():
+        current = path.exists() and path.read_text(encoding="utf-8") == text
+        if args and not current:
+            print(f"{path} is out of date: run `{REGENERATE}`", file=sys.stderr)
+            stale += 1
+        elif not args and not current:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path}")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
