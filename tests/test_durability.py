@@ -5,8 +5,6 @@ from __future__ import annotations
 import signal
 import time
 
-import pytest
-
 from approvals import run_agent, store
 from approvals.models import DecisionKind, Status
 from tests.agents import tools
@@ -32,7 +30,6 @@ from tests.processes import (
 AOF = ("--appendonly", "yes", "--appendfsync", "always")
 
 
-@pytest.mark.skipif(redis_binary() is None, reason="needs a redis-server binary to restart")
 def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
     env, slack, tmp_path, monkeypatch
 ):

@@ -8,7 +8,6 @@ import os
 import threading
 import time
 
-import pytest
 import redis
 
 from approvals import store
@@ -19,7 +18,6 @@ from tests.processes import redis_binary, start_redis, start_worker, wait_for_wo
 from tests.test_retention import finish, held, pause
 
 
-@pytest.mark.skipif(redis_binary() is None, reason="needs a redis-server binary to restart")
 def test_a_redis_outage_is_reported_once_and_the_sweep_resumes_after_it(env, tmp_path, caplog):
     """Redis goes away for many rounds of the worker's sweep: it says so once (not twice a
     second), and sweeps deadlines again when Redis is back."""
