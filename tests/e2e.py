@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
 
-from approvals import store
+from approvals import run_agent, store
 from approvals.bot.modals import (
     EDIT_VIEW,
     REASON_BLOCK,
@@ -28,6 +28,8 @@ from approvals.slack.cards import (
     REJECT_ACTION,
     RESPOND_ACTION,
 )
+from tests.agents import tools as agent_tools
+from tests.agents.scripted import calls, say, script
 from tests.conftest import CHANNEL, SIGNING_SECRET, read_jsonl, wait_until
 from tests.slack_requests import (
     block_actions_payload,
@@ -46,6 +48,24 @@ ACTIONS = {
     "edit": EDIT_ACTION,
     "respond": RESPOND_ACTION,
 }
+
+
+def pause(
+    tool: str = "delete_path",
+    arguments: dict[str, Any] | None = None,
+    *,
+    tools: Sequence[Any] = (agent_tools.delete_path,),
+    answer: str = "done: {results}",
+    **run: Any,
+) -> str:
+    """Run the scripted agent until it pauses at ``tool(arguments)`` (``run`` goes to
+    ``run_agent``: agent, requested_by...); returns the pause id."""
+    prompt = script(
+        calls((tool, {"path": "build"} if arguments is None else arguments)), say(answer)
+    )
+    outcome = run_agent("scripted", prompt, tools=list(tools), **run)
+    assert outcome.status == "paused" and outcome.pause_id, outcome
+    return outcome.pause_id
 
 
 def card_of(slack: SlackStandIn, approval_id: str) -> Message:

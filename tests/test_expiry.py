@@ -6,16 +6,16 @@ import time
 
 import pytest
 
-from approvals import run_agent, store
+from approvals import store
 from approvals.models import DecisionKind, Status
 from tests.agents import tools
-from tests.agents.scripted import calls, say, script
 from tests.e2e import (
     block_text,
     card_of,
     card_showing,
     click,
     model_calls,
+    pause,
     reply_containing,
     tool_results_seen,
     tool_runs,
@@ -25,12 +25,8 @@ from tests.processes import bot_url, start_bot, start_worker, wait_for_workers
 
 
 def _pause(tool: str, arguments: dict | None = None) -> str:
-    prompt = script(calls((tool, arguments or {"name": "k1"})), say("after expiry: {results}"))
-    outcome = run_agent(
-        "scripted", prompt, tools=[tools.rotate_key, tools.drop_table, tools.purge_cache]
-    )
-    assert outcome.pause_id
-    return outcome.pause_id
+    tools_ = [tools.rotate_key, tools.drop_table, tools.purge_cache]
+    return pause(tool, arguments or {"name": "k1"}, tools=tools_, answer="after expiry: {results}")
 
 
 def test_expiry_fires_on_time_after_bot_and_worker_restart(services, slack, env, conn, tmp_path):

@@ -27,6 +27,7 @@ from tests.e2e import (
     card_showing,
     click,
     kill_worker,
+    pause,
     replace_worker,
     reply_containing,
     tool_runs,
@@ -37,10 +38,7 @@ from tests.slack_standin import Message
 
 
 def _pause(tool: str, arguments: dict) -> str:
-    prompt = script(calls((tool, arguments)), say("done: {results}"))
-    outcome = run_agent("scripted", prompt, tools=[tools.charge_card, tools.delete_path])
-    assert outcome.pause_id
-    return outcome.pause_id
+    return pause(tool, arguments, tools=[tools.charge_card, tools.delete_path])
 
 
 def _approve_held_charge(services, slack, env) -> tuple[str, Message, Path, dict]:

@@ -12,14 +12,12 @@ import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from approvals import run_agent, store
+from approvals import store
 from approvals.config import Settings
 from approvals.decisions.review import decide
 from approvals.models import DecisionKind, Status
 from approvals.store import queue
-from tests.agents import tools
-from tests.agents.scripted import calls, say, script
-from tests.e2e import approve_on_card, card_of, tool_runs, wait_status
+from tests.e2e import approve_on_card, card_of, pause, tool_runs, wait_status
 from tests.processes import (
     ROOT,
     approvals_command,
@@ -48,10 +46,7 @@ def _agent_folder(tmp_path: Path) -> Path:
 
 
 def _pause(target: str) -> str:
-    prompt = script(calls(("delete_path", {"path": target})), say(f"done with {target}"))
-    outcome = run_agent("scripted", prompt, tools=[tools.delete_path])
-    assert outcome.pause_id
-    return outcome.pause_id
+    return pause("delete_path", {"path": target}, answer=f"done with {target}")
 
 
 def test_the_distribution_installs_nothing_but_approvals(tmp_path: Path) -> None:

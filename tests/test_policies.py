@@ -7,10 +7,9 @@ import json
 
 import pytest
 
-from approvals import run_agent, store
+from approvals import store
 from approvals.models import DecisionKind, Status
 from tests.agents import tools
-from tests.agents.scripted import calls, say, script
 from tests.e2e import (
     action_blocks,
     approve_values,
@@ -19,6 +18,7 @@ from tests.e2e import (
     card_showing,
     click,
     model_calls,
+    pause,
     reply_containing,
     submit_edit,
     submit_reject,
@@ -39,10 +39,7 @@ ALL = [
 
 
 def _pause(tool: str, arguments: dict, **kw) -> str:
-    prompt = script(calls((tool, arguments)), say("finished: {results}"))
-    outcome = run_agent("scripted", prompt, tools=ALL, **kw)
-    assert outcome.status == "paused" and outcome.pause_id
-    return outcome.pause_id
+    return pause(tool, arguments, tools=ALL, answer="finished: {results}", **kw)
 
 
 def test_a_quorum_of_two_needs_two_different_approvers(services, slack, env, conn):

@@ -22,7 +22,7 @@ import redis.asyncio as redis_async
 from click.testing import CliRunner
 from rq.job import Job
 
-from approvals import run_agent, store
+from approvals import store
 from approvals.calls import external
 from approvals.cli.main import cli
 from approvals.config import Settings
@@ -31,8 +31,6 @@ from approvals.decisions.recovery import STRANDED_AFTER
 from approvals.models import Decision, DecisionKind, Status, decision_to_dict
 from approvals.proof import keys
 from approvals.store import queue
-from tests.agents import tools
-from tests.agents.scripted import calls, say, script
 from tests.e2e import (
     action_blocks,
     at_once,
@@ -40,6 +38,7 @@ from tests.e2e import (
     card_of,
     card_showing,
     click,
+    pause,
     reply_containing,
     tool_runs,
     wait_status,
@@ -49,10 +48,7 @@ from tests.test_webhooks import SECRET, Receiver
 
 
 def _pause(path: str = "old.csv") -> str:
-    prompt = script(calls(("delete_path", {"path": path})), say("done: {results}"))
-    outcome = run_agent("scripted", prompt, tools=[tools.delete_path])
-    assert outcome.pause_id is not None
-    return outcome.pause_id
+    return pause("delete_path", {"path": path})
 
 
 def _ask(conn: redis.Redis, tool: str = "deploy_web") -> str:

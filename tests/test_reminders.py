@@ -8,16 +8,15 @@ import time
 
 import pytest
 
-from approvals import run_agent, store
+from approvals import store
 from approvals.calls.gate import gate_from_dict, gate_of, gate_to_dict, requires_approval
 from approvals.config import Settings
 from approvals.decisions import reminders
 from approvals.decisions.review import decide, refusal
 from approvals.models import DecisionKind, Policy, Status
 from tests.agents import tools
-from tests.agents.scripted import calls, say, script
 from tests.conftest import CHANNEL, wait_until
-from tests.e2e import block_text, card_of, click, wait_status
+from tests.e2e import block_text, card_of, click, pause, wait_status
 from tests.factories import make_approval
 from tests.processes import bot_url, start_bot, start_worker, wait_for_workers
 
@@ -25,10 +24,7 @@ TOOLS = [tools.list_files, tools.delete_path, tools.archive_bucket]
 
 
 def _pause(tool: str = "delete_path", **args: object) -> str:
-    prompt = script(calls((tool, args or {"path": "/srv/a"})), say("done"))
-    outcome = run_agent("scripted", prompt, tools=TOOLS, requested_by="UREQ")
-    assert outcome.pause_id is not None
-    return outcome.pause_id
+    return pause(tool, args or {"path": "/srv/a"}, tools=TOOLS, requested_by="UREQ")
 
 
 def _refusals(conn, approval_id: str, actor: str) -> int:

@@ -3,7 +3,7 @@ and what was refused is said; ``/agent-pending all`` lists the recent decisions.
 
 from __future__ import annotations
 
-from approvals import run_agent, store
+from approvals import store
 from approvals.bot.pending import (
     BULK_APPROVE_ACTION,
     BULK_PICK_ACTION,
@@ -14,9 +14,8 @@ from approvals.bot.pending import (
 from approvals.models import Status
 from approvals.store.pending import Page
 from tests.agents import tools
-from tests.agents.scripted import calls, say, script
 from tests.conftest import CHANNEL, SIGNING_SECRET
-from tests.e2e import pending_command, tool_runs, wait_status
+from tests.e2e import pause, pending_command, tool_runs, wait_status
 from tests.factories import make_approval, make_decided
 from tests.slack_requests import block_actions_payload, send_interaction
 
@@ -56,10 +55,7 @@ def test_selected_ids_reads_every_checkboxes_element():
 
 
 def _pause(tool, args) -> str:
-    prompt = script(calls((tool.__name__, args)), say("done"))
-    outcome = run_agent("scripted", prompt, tools=[tool])
-    assert outcome.pause_id is not None
-    return outcome.pause_id
+    return pause(tool.__name__, args, tools=[tool])
 
 
 def test_bulk_approve_decides_each_and_says_what_was_refused(services, slack, env, conn):

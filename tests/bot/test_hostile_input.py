@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from approvals import run_agent, store
+from approvals import store
 from approvals.bot.modals import EDIT_VIEW, REASON_BLOCK, REJECT_VIEW, RESPOND_VIEW, RESPONSE_BLOCK
 from approvals.bot.modals import VALUE_ACTION as VALUE
 from approvals.bot.pending import NEXT_PAGE_ACTION
@@ -39,12 +39,12 @@ from approvals.slack.cards import (
     RETRY_ACTION,
 )
 from approvals.slack.limits import PLAIN_TEXT_INPUT
-from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, move_file
 from tests.conftest import SIGNING_SECRET
 from tests.e2e import (
     card_of,
     click,
+    pause,
     redis_state,
     select,
     settled,
@@ -131,10 +131,7 @@ def _apply(data: st.DataObject, target: dict[str, Any], fields: dict[str, Any]) 
 
 
 def _pause(tool: str, arguments: dict[str, str]) -> str:
-    prompt = script(calls((tool, arguments)), say("done: {results}"))
-    outcome = run_agent("scripted", prompt, tools=[delete_path, move_file])
-    assert outcome.pause_id
-    return outcome.pause_id
+    return pause(tool, arguments, tools=[delete_path, move_file])
 
 
 def _state(conn) -> tuple[dict[bytes, bytes], list[bytes]]:

@@ -16,6 +16,7 @@ from tests.e2e import (
     approve_values,
     card_of,
     click,
+    pause,
     pending_command,
     redis_state,
     settled,
@@ -31,10 +32,7 @@ from tests.slack_requests import (
 
 
 def _pause(agent: str = "cleanup-bot", path: str = "build") -> str:
-    prompt = script(calls(("delete_path", {"path": path})), say("ok"))
-    outcome = run_agent("scripted", prompt, tools=[delete_path], agent=agent)
-    assert outcome.pause_id
-    return outcome.pause_id
+    return pause("delete_path", {"path": path}, agent=agent)
 
 
 def _snapshot(conn):

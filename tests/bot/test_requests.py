@@ -12,13 +12,11 @@ from urllib.parse import urlencode
 import pytest
 from slack_bolt import BoltRequest
 
-from approvals import run_agent, store
+from approvals import store
 from approvals.bot.listeners.commands import PENDING_COMMAND
 from approvals.bot.modals import EDIT_VIEW, VALUE_ACTION
 from approvals.models import Status
 from approvals.slack.cards import APPROVE_ACTION, EDIT_ACTION
-from tests.agents.scripted import calls, say, script
-from tests.agents.tools import delete_path
 from tests.conftest import SIGNING_SECRET
 from tests.e2e import (
     action_blocks,
@@ -26,6 +24,7 @@ from tests.e2e import (
     block_text,
     card_of,
     card_showing,
+    pause,
     redis_state,
     select,
     settled,
@@ -48,10 +47,7 @@ from tests.slack_requests import (
 
 
 def _pause(path: str = "build") -> str:
-    prompt = script(calls(("delete_path", {"path": path})), say("done: {results}"))
-    outcome = run_agent("scripted", prompt, tools=[delete_path])
-    assert outcome.pause_id
-    return outcome.pause_id
+    return pause("delete_path", {"path": path})
 
 
 def _card_ts(slack, conn, pause_id: str) -> str:

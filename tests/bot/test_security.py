@@ -8,17 +8,17 @@ from urllib.parse import urlencode
 
 import pytest
 
-from approvals import run_agent, store
+from approvals import store
 from approvals.bot.app import REPLAY_WINDOW
 from approvals.models import Status
 from approvals.ops import retention
 from approvals.slack.cards import APPROVE_ACTION
-from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, restart_service
 from tests.conftest import SIGNING_SECRET
 from tests.e2e import (
     card_of,
     click,
+    pause,
     redis_state,
     settled,
     submit_edit,
@@ -32,10 +32,7 @@ from tests.slack_requests import FORM, block_actions_payload, post_signed, signa
 
 
 def _pause(tool: str, arguments: dict[str, str]) -> str:
-    prompt = script(calls((tool, arguments)), say("done: {results}"))
-    outcome = run_agent("scripted", prompt, tools=[delete_path, restart_service])
-    assert outcome.pause_id
-    return outcome.pause_id
+    return pause(tool, arguments, tools=[delete_path, restart_service])
 
 
 def _snapshot(conn):

@@ -9,12 +9,9 @@ import signal
 import time
 from pathlib import Path
 
-from approvals import run_agent
 from approvals.models import Status
 from bench.harness import get
-from tests.agents.scripted import calls, say, script
-from tests.agents.tools import delete_path
-from tests.e2e import card_of, click, tool_runs, wait_status
+from tests.e2e import card_of, click, pause, tool_runs, wait_status
 from tests.processes import bot_url, start_bot, start_worker, wait_for_workers, wait_until
 
 
@@ -40,10 +37,7 @@ def _health(url: str) -> str:
 
 
 def _pause(path: str = "p") -> str:
-    prompt = script(calls(("delete_path", {"path": path})), say("done"))
-    pause_id = run_agent("scripted", prompt, tools=[delete_path]).pause_id
-    assert pause_id
-    return pause_id
+    return pause("delete_path", {"path": path})
 
 
 def test_two_workers_share_one_port_and_a_dead_one_is_replaced(env, slack, conn, tmp_path: Path):

@@ -26,6 +26,7 @@ from tests.e2e import (
     card_of,
     card_showing,
     model_calls,
+    pause,
     reply_containing,
     select,
     tool_runs,
@@ -46,10 +47,7 @@ CLEANUP = script(
 
 
 def _pause(agent: str = "cleanup-bot", path: str = "build/app.o") -> str:
-    prompt = script(calls(("delete_path", {"path": path})), say("Results: {results}"))
-    outcome = run_agent("scripted", prompt, tools=[delete_path], agent=agent)
-    assert outcome.status == "paused" and outcome.pause_id
-    return outcome.pause_id
+    return pause("delete_path", {"path": path}, agent=agent)
 
 
 def _click(

@@ -19,17 +19,14 @@ from approvals.models import DecisionKind, Status
 from approvals.store.records import load
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
-from tests.e2e import CHANNEL, block_text, card_showing, reply_containing, tool_runs
+from tests.e2e import CHANNEL, block_text, card_showing, pause, reply_containing, tool_runs
 from tests.processes import ROOT, approvals_command, start_worker, wait_for_workers, wait_until
 
 COMPLETED = ":checkered_flag: Completed"
 
 
 def _pause(target: str) -> str:
-    prompt = script(calls(("delete_path", {"path": target})), say(f"done with {target}"))
-    outcome = run_agent("scripted", prompt, tools=[tools.delete_path])
-    assert outcome.pause_id
-    return outcome.pause_id
+    return pause("delete_path", {"path": target}, answer=f"done with {target}")
 
 
 def _drain(env: dict[str, str], **extra: str) -> None:

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from approvals import run_agent
 from approvals.calls.resume import RUNNING_AFTER
 from tests.agents import tools
-from tests.agents.scripted import calls, say, script
 from tests.e2e import (
     CHANNEL,
     block_text,
     card_of,
     card_showing,
     click,
+    pause,
     reply_containing,
     settled,
     tool_runs,
@@ -26,10 +25,7 @@ COMPLETED = ":checkered_flag: Completed"
 
 
 def _pause(tool: str, arguments: dict) -> str:
-    prompt = script(calls((tool, arguments)), say("done: {results}"))
-    outcome = run_agent("scripted", prompt, tools=[tools.charge_card, tools.delete_path])
-    assert outcome.pause_id
-    return outcome.pause_id
+    return pause(tool, arguments, tools=[tools.charge_card, tools.delete_path])
 
 
 def _card_updates(slack, card_ts: str) -> list[str]:
