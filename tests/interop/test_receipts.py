@@ -26,6 +26,7 @@ from approvals.models import DecidedBy, DecisionKind
 from tests.downstream import fetch_jwks
 from tests.interop.node import HERE, run_node
 from tests.processes import bot_url, start_bot
+from tests.test_ijson import IJSON_LEAVES
 
 ROOT = HERE.parent.parent
 TOOL = "sync"
@@ -232,15 +233,8 @@ def test_node_verifies_what_the_bot_signs_and_refuses_what_it_must(conn, signing
 # --- any argument object the product lets in hashes the same in Node ---------------------------
 
 _TEXT = st.text(st.characters(exclude_categories=("Cs", "Cn")), max_size=6)
-_LEAVES = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**53) + 1, 2**53 - 1),
-    st.floats(allow_nan=False, allow_infinity=False),
-    _TEXT,
-)
 _VALUES = st.recursive(
-    _LEAVES,
+    IJSON_LEAVES,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
     max_leaves=12,
 )
