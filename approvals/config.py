@@ -11,6 +11,8 @@ and what it accepts, instead of misbehaving later.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import os
 from collections.abc import Mapping
@@ -23,6 +25,9 @@ from approvals.secrets import DEFAULT_SECRET_NAMES
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
 DEFAULT_API_URL = "http://127.0.0.1:8000"
+
+#: How many bytes a Standard Webhooks secret holds (its specification's bounds).
+WEBHOOK_SECRET_BYTES = (24, 64)
 
 _HOUR = 3600
 _DAY = 24 * _HOUR
@@ -215,8 +220,9 @@ class Settings:
     receipt_ttl: int = 600
     #: Where every state change is posted, signed per Standard Webhooks.
     webhook_urls: tuple[str, ...] = ()
-    #: The Standard Webhooks secret (``whsec_...``) webhook bodies are signed with.
-    webhook_secret: str | None = None
+    #: The Standard Webhooks secrets (``whsec_...``) webhook bodies are signed with: every
+    #: delivery carries a signature for each, so a receiver moves to a new one at its pace.
+    webhook_secrets: tuple[str, ...] = ()
     #: Seconds an approval's audit trail is kept (0: kept until deleted by hand).
     audit_ttl: int = 0
     #: ``approvals api``: the largest request body accepted, in bytes (larger: HTTP 413).
@@ -278,7 +284,7 @@ class Settings:
             verify_keys=_csv(env.get("APPROVALS_VERIFY_KEYS")),
             receipt_ttl=_whole(env, "APPROVALS_RECEIPT_TTL", 600),
             webhook_urls=_urls(env, "APPROVALS_WEBHOOK_URLS"),
-            webhook_secret=_webhook_secret(env),
+            webhook_secrets=_webhook_secrets(env),
             audit_ttl=_whole(env, "APPROVALS_AUDIT_TTL", 0),
             api_max_body=_whole(env, "APPROVALS_API_MAX_BODY", 64 * 1024),
             api_rate_limit=_whole(env, "APPROVALS_API_RATE_LIMIT", 600),
@@ -308,15 +314,39 @@ def _llm_log(raw: str | None) -> tuple[bool, str | None]:
     return True, value
 
 
-def _webhook_secret(env: Mapping[str, str]) -> str | None:
-    """``APPROVALS_WEBHOOK_SECRET``; refused at start-up when URLs are set without it, so
-    that no receiver ever gets an unsigned body."""
-    secret = env.get("APPROVALS_WEBHOOK_SECRET") or None
-    if secret is not None and not secret.startswith("whsec_"):
-        raise ConfigError("APPROVALS_WEBHOOK_SECRET must be a Standard Webhooks secret (whsec_...)")
-    if secret is None and _csv(env.get("APPROVALS_WEBHOOK_URLS")):
+def _webhook_secrets(env: Mapping[str, str]) -> tuple[str, ...]:
+    """``APPROVALS_WEBHOOK_SECRET``: one secret, or the new and the old ones during a rotation
+    (comma-separated). Refused at start-up when URLs are set without one, so that no receiver
+    ever gets an unsigned body, and unless each is a secret every Standard Webhooks library
+    reads as the same key (a lenient base64 decoder would sign with a key no receiver has)."""
+    secrets = _csv(env.get("APPROVALS_WEBHOOK_SECRET"))
+    for secret in secrets:
+        _check_webhook_secret(secret)
+    if not secrets and _csv(env.get("APPROVALS_WEBHOOK_URLS")):
         raise ConfigError("APPROVALS_WEBHOOK_URLS is set: set APPROVALS_WEBHOOK_SECRET too")
-    return secret
+    return secrets
+
+
+def _check_webhook_secret(secret: str) -> None:
+    """``whsec_`` and the standard base64 of 24 to 64 bytes, as Standard Webhooks says (the
+    message never shows the secret)."""
+    name, prefix = "APPROVALS_WEBHOOK_SECRET", "whsec_"
+    make = "make one with: echo whsec_$(openssl rand -base64 32)"
+    if not secret.startswith(prefix):
+        raise ConfigError(f"{name} must be a Standard Webhooks secret (whsec_...); {make}")
+    encoded = secret.removeprefix(prefix)
+    try:
+        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except binascii.Error:
+        raise ConfigError(
+            f"{name}: what follows whsec_ is not base64 (A-Z, a-z, 0-9, + and /); {make}"
+        ) from None
+    low, high = WEBHOOK_SECRET_BYTES
+    if not low <= len(key) <= high:
+        raise ConfigError(
+            f"{name} holds {len(key)} bytes; a Standard Webhooks secret holds {low} to {high}; "
+            f"{make}"
+        )
 
 
 def _escalate_to(raw: str | None) -> tuple[str, ...]:

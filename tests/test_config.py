@@ -267,3 +267,31 @@ def test_the_operations_guide_lists_every_bound_as_the_code_has_it():
     text = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
     rows = dict(re.findall(r"^\| `(APPROVALS_[A-Z_]+)` \| (a [^|]+?) \|$", text, re.MULTILINE))
     assert rows == {name: bounds.describe() for name, bounds in NUMBERS.items()}
+
+
+@pytest.mark.parametrize(
+    ("secret", "says"),
+    [
+        ("s3cretvalue", "must be a Standard Webhooks secret (whsec_...)"),
+        ("whsec_s3cret-value_url-safe+AAAAAAAAAAAAAAAAAAAAAAAAAAAA", "is not base64"),
+        ("whsec_", "holds 0 bytes; a Standard Webhooks secret holds 24 to 64"),
+        ("whsec_" + "A" * 24, "holds 18 bytes"),
+        ("whsec_" + "A" * 32 + ",whsec_" + "A" * 100, "holds 75 bytes"),
+    ],
+)
+def test_a_webhook_secret_receivers_could_not_read_is_refused_without_repeating_it(secret, says):
+    """Each comma-separated secret must be whsec_ and the standard base64 of 24 to 64 bytes;
+    the refusal names the variable, says how to make one, and never shows the value."""
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env({"APPROVALS_WEBHOOK_SECRET": secret})
+    message = str(refused.value)
+    assert message.startswith("APPROVALS_WEBHOOK_SECRET") and says in message
+    assert "openssl rand -base64 32" in message
+    assert "s3cret" not in message and "AAAA" not in message
+
+
+def test_webhook_secrets_are_read_newest_first():
+    """During a rotation the variable holds the new secret, then the old: both are kept."""
+    new, old = "whsec_" + "B" * 32, "whsec_" + "A" * 32
+    settings = Settings.from_env({"APPROVALS_WEBHOOK_SECRET": f"{new}, {old}"})
+    assert settings.webhook_secrets == (new, old)

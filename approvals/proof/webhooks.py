@@ -100,7 +100,7 @@ def _dispatch(conn: redis.Redis, settings: Settings, raw: bytes) -> None:
         return  # not ours (Redis is a trust boundary): dropped
     if settings.audit_ttl:
         store.audit.expire_audit(conn, str(event["approval_id"]), settings.audit_ttl)
-    if settings.webhook_secret is None:
+    if not settings.webhook_secrets:
         return  # nowhere to send it: a body is never sent unsigned
     approval = _approval(conn, str(event["approval_id"]))
     receivers = receivers_of(settings, approval)
@@ -128,7 +128,7 @@ def _dispatch(conn: redis.Redis, settings: Settings, raw: bytes) -> None:
 def receivers_of(settings: Settings, approval: Approval | None) -> list[str]:
     """``APPROVALS_WEBHOOK_URLS``, then the gate's ``webhook=`` (none without a secret:
     a body is never sent unsigned)."""
-    if settings.webhook_secret is None:
+    if not settings.webhook_secrets:
         return []
     urls = list(settings.webhook_urls)
     if approval is not None and approval.policy.webhook:
@@ -188,7 +188,7 @@ def deliver(conn: redis.Redis, settings: Settings, message_id: str, url: str) ->
     if payload is None:
         return "expired"
     approval_id = str(json.loads(payload).get("data", {}).get("id", ""))
-    if settings.webhook_secret is None or url not in receivers_of(
+    if not settings.webhook_secrets or url not in receivers_of(
         settings, _approval(conn, approval_id)
     ):
         log.warning(
@@ -202,7 +202,7 @@ def deliver(conn: redis.Redis, settings: Settings, message_id: str, url: str) ->
         "Content-Type": "application/json",
         "webhook-id": message_id,
         "webhook-timestamp": str(int(now.timestamp())),
-        "webhook-signature": Webhook(settings.webhook_secret).sign(message_id, now, payload),
+        "webhook-signature": signature(settings, message_id, now, payload),
     }
     request = urllib.request.Request(url, data=payload.encode(), headers=headers, method="POST")
     try:
@@ -218,6 +218,14 @@ def deliver(conn: redis.Redis, settings: Settings, message_id: str, url: str) ->
         raise DeliveryFailed(f"{safe_url(url, hide_query=True)} answered {status}")
     store.outbox.webhook_answered(conn, url)
     return f"delivered ({status})"
+
+
+def signature(settings: Settings, message_id: str, at: datetime, payload: str) -> str:
+    """The ``webhook-signature`` header: one signature per secret, space-separated, which
+    Standard Webhooks receivers try in turn (so a secret can be rotated with no downtime)."""
+    return " ".join(
+        Webhook(secret).sign(message_id, at, payload) for secret in settings.webhook_secrets
+    )
 
 
 def failing_receivers(conn: redis.Redis, longer_than: float) -> dict[str, float]:
