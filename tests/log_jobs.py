@@ -1,4 +1,4 @@
-"""An RQ job for ``tests/test_logs.py``: it logs outside and inside ``bind_approval``, the way
+"""An RQ job for ``tests/ops/test_logs.py``: it logs outside and inside ``bind_approval``, the way
 ``worker/jobs.py`` jobs do once their bodies are wrapped, so the worker's output can be checked."""
 
 from __future__ import annotations

@@ -26,10 +26,10 @@ from approvals.decisions import ijson, review
 from approvals.errors import InvalidReceipt
 from approvals.models import DecidedBy, DecisionKind
 from approvals.proof import keys, receipts
+from tests.decisions.test_ijson import IJSON_LEAVES
 from tests.downstream import fetch_jwks
 from tests.interop.node import HERE, run_node
 from tests.processes import bot_url, start_bot
-from tests.test_ijson import IJSON_LEAVES
 
 ROOT = HERE.parent.parent
 TOOL = "sync"

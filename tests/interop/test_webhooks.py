@@ -23,7 +23,7 @@ from approvals.models import DecisionKind
 from approvals.proof import webhooks
 from tests.interop.node import run_node
 from tests.processes import start_worker, wait_for_workers, wait_until
-from tests.test_webhooks import SECRET, Receiver
+from tests.proof.test_webhooks import SECRET, Receiver
 
 #: Past Standard Webhooks' five minutes of tolerance, either way.
 STALE = 6 * 60

@@ -14,8 +14,8 @@ from approvals import store
 from approvals.config import Settings
 from approvals.decisions import deadlines
 from approvals.worker import main as worker_main
+from tests.ops.test_retention import finish, held, pause
 from tests.processes import redis_binary, start_redis, start_worker, wait_for_workers, wait_until
-from tests.test_retention import finish, held, pause
 
 
 def test_a_redis_outage_is_reported_once_and_the_sweep_resumes_after_it(env, tmp_path, caplog):

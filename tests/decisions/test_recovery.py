@@ -44,7 +44,7 @@ from tests.e2e import (
     wait_status,
 )
 from tests.processes import bot_url, start_bot, start_worker, wait_for_workers, wait_until
-from tests.test_webhooks import SECRET, Receiver
+from tests.proof.test_webhooks import SECRET, Receiver
 
 
 def _pause(path: str = "old.csv") -> str:

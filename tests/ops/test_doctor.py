@@ -28,6 +28,7 @@ from approvals.ops.doctor import Level
 from approvals.store import queue
 from tests.archives import archive_url, downgrade, newer_migrations, postgres_server  # noqa: F401
 from tests.conftest import BOT_TOKEN
+from tests.ops.test_retention import finish, pause
 from tests.processes import (
     ROOT,
     approvals_command,
@@ -39,7 +40,6 @@ from tests.processes import (
     wait_until,
 )
 from tests.slack_standin import SlackStandIn
-from tests.test_retention import finish, pause
 
 
 @dataclass

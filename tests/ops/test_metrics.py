@@ -15,8 +15,8 @@ from approvals.config import Settings
 from approvals.decisions.review import decide
 from approvals.models import DecisionKind, Status
 from approvals.ops import metrics, retention
+from tests.ops.test_retention import DAY, finish, pause
 from tests.processes import Process, approvals_command, bot_url, start_bot, wait_until
-from tests.test_retention import DAY, finish, pause
 
 
 def samples(text: str) -> dict[str, float]:

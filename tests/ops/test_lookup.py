@@ -13,7 +13,7 @@ from approvals.cli.main import cli
 from approvals.config import Settings
 from approvals.ops import archive, retention
 from tests.archives import archive_url, postgres_server  # noqa: F401 - fixtures
-from tests.test_retention import DAY, finish, pause
+from tests.ops.test_retention import DAY, finish, pause
 
 
 def run(*args: str) -> str:

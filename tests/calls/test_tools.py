@@ -55,8 +55,8 @@ def test_tool_refs_name_module_and_qualname():
     assert [(r.name, r.path) for r in refs] == [
         ("list_files", "tests.agents.tools:list_files"),
         ("delete_path", "tests.agents.tools:delete_path"),
-        ("ping", "tests.test_tools:ping"),
-        ("trace", "tests.test_tools:Network.trace"),
+        ("ping", "tests.calls.test_tools:ping"),
+        ("trace", "tests.calls.test_tools:Network.trace"),
     ]
 
 
@@ -104,7 +104,7 @@ def test_import_tools_round_trips_the_agent_tools():
 
 def test_import_tools_follows_dotted_qualnames():
     """A static method reached through its class imports back as the same function."""
-    assert import_tools(tool_refs([Network.trace]), ["tests.test_tools"]) == [Network.trace]
+    assert import_tools(tool_refs([Network.trace]), ["tests.calls.test_tools"]) == [Network.trace]
 
 
 @pytest.mark.parametrize(

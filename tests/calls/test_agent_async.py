@@ -187,7 +187,7 @@ def test_an_async_resume_never_starts_a_tool_an_earlier_attempt_started(env, con
 
 
 # --- the guarantees, proven for async runs the way tests/test_faults.py and
-# tests/test_outcomes.py prove them for sync ones -----------------------------------------
+# tests/calls/test_outcomes.py prove them for sync ones -----------------------------------------
 
 
 def test_a_worker_killed_inside_a_gated_coroutine_never_runs_it_twice(
