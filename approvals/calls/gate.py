@@ -60,6 +60,8 @@ class Gate:
         start = named.pop("policy", None) or options or GateOptions()
         object.__setattr__(self, "options", attrs.evolve(start, **named) if named else start)
 
+    # How a gate reads to someone looking at one (``gate_of(tool).policy`` and so on).
+
     @property
     def policy(self) -> GateOptions:
         """The options its approvals carry to their decision."""
@@ -77,7 +79,6 @@ class Gate:
         return self.options.expires_in is None
 
     def describe(self, arguments: dict[str, Any]) -> str | None:
-        """The summary with the arguments filled in; the raw template if they do not fit."""
         return describe(self.options.summary, arguments)
 
 

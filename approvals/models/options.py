@@ -361,5 +361,7 @@ def options_from_dict(data: Any, names: Iterable[str] = OPTIONS) -> GateOptions:
         raise CorruptRecord(f"recorded options must be an object, not {type(data).__name__}")
     try:
         return GateOptions(**given_options(data, names))
-    except (TypeError, ValueError) as exc:
-        raise CorruptRecord(f"recorded options: {exc}") from None
+    except TypeError as exc:
+        raise CorruptRecord(f"a recorded option has the wrong type: {exc}") from None
+    except ValueError as exc:
+        raise CorruptRecord(f"a recorded option has an impossible value: {exc}") from None
