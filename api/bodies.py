@@ -27,12 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from approvals.api.answers import problem
 from approvals.decisions import ijson
 from approvals.models import UNSET, GateOptions
-from approvals.models.options import ABOUT, DEFAULTS, MAX_API_SECONDS, SET_BY_API, Api, members
+from approvals.models.options import ABOUT, DEFAULTS, SET_BY_API, Api, members
 
 #: The longest wait of one ``GET ...?wait=`` (a caller asks again for more).
 MAX_WAIT = 60.0
-#: The longest an approval may stay open.
-MAX_EXPIRES_IN = MAX_API_SECONDS
 #: How deep objects and arrays may nest in a body, the body itself being the first level:
 #: room for any real tool's arguments, and far from the depth at which parsing, validating or
 #: storing a value would run out of stack.
