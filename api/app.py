@@ -152,30 +152,16 @@ def create_approval(body: ApprovalBody, token: Auth, request: Request) -> JSONAn
 
 
 def _request(body: ApprovalBody, token: Token) -> external.ExternalRequest:
-    def names(value: list[str] | None) -> tuple[str, ...] | None:
-        return None if value is None else tuple(value)
-
     return external.ExternalRequest(
         tool=body.tool,
         arguments=body.arguments,
         agent=token.agent,
         schema=body.schema_,
-        summary=body.summary,
         preview=body.preview,
         requested_by=body.requested_by,
-        channel=body.channel,
-        expires_in=body.expires_in,
-        editable=names(body.editable),
-        approvers=names(body.approvers),
-        approver_groups=names(body.approver_groups),
-        approvals_required=body.approvals_required,
-        reason_required=body.reason_required,
         idempotency_key=body.idempotency_key,
         run_id=body.run_id,
-        grantable=body.grantable,
-        remind_after=body.remind_after,
-        escalate_after=body.escalate_after,
-        escalate_to=names(body.escalate_to),
+        options=body.options(),
     )
 
 

@@ -11,29 +11,30 @@ is read (``approvals.api.size``).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import operator
+import typing
 from collections import Counter
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from approvals.api.answers import problem
 from approvals.decisions import ijson
+from approvals.models import UNSET, GateOptions
+from approvals.models.options import ABOUT, DEFAULTS, SET_BY_API, Api, members
 
 #: The longest wait of one ``GET ...?wait=`` (a caller asks again for more).
 MAX_WAIT = 60.0
-#: The longest an approval may stay open.
-MAX_EXPIRES_IN = 30 * 24 * 3600.0
 #: How deep objects and arrays may nest in a body, the body itself being the first level:
 #: room for any real tool's arguments, and far from the depth at which parsing, validating or
 #: storing a value would run out of stack.
 MAX_DEPTH = 32
-
-_Names = Field(default=None, max_length=100)
 
 
 class StrictJSONRoute(APIRoute):
@@ -133,7 +134,7 @@ def _refused(loc: list[str | int], msg: str, kind: str) -> HTTPException:
     return HTTPException(422, [problem(loc, msg, kind)])
 
 
-class ApprovalBody(BaseModel):
+class _Asked(BaseModel):
     """``POST /v1/approvals``: what the caller wants to do, and who may decide."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -141,17 +142,9 @@ class ApprovalBody(BaseModel):
     tool: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:/-]+$")
     arguments: dict[str, Any]
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    summary: str | None = Field(default=None, max_length=500)
     preview: str | None = Field(default=None, max_length=10_000)
     agent: str | None = Field(default=None, min_length=1, max_length=100)
     requested_by: str | None = Field(default=None, min_length=1, max_length=100)
-    channel: str | None = Field(default=None, min_length=1, max_length=100)
-    expires_in: float | None = Field(default=None, gt=0, le=MAX_EXPIRES_IN)
-    editable: list[str] | None = _Names
-    approvers: list[str] | None = _Names
-    approver_groups: list[str] | None = _Names
-    approvals_required: int = Field(default=1, ge=1, le=20)
-    reason_required: bool = False
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
     run_id: str | None = Field(
         default=None,
@@ -162,29 +155,52 @@ class ApprovalBody(BaseModel):
         "'This tool, this run', which lets later requests of this agent with the same run_id "
         "(and requester) through. Without it, that scope is not offered.",
     )
-    grantable: bool = Field(
-        default=True,
-        description="False: the card offers only 'Just this call', never a standing grant.",
+
+    def options(self) -> GateOptions:
+        """The gate options the body gives (one it leaves out, or sets to null, is the
+        default)."""
+        return GateOptions(**self.model_dump(include=set(SET_BY_API), exclude_none=True))
+
+
+def _option_field(name: str) -> tuple[Any, Any]:
+    """An option as the body offers it: its type as JSON writes it (a list of names, no
+    "left out"), its default (null where JSON has none), its bounds, the API's caps and its
+    doc, all from ``GateOptions``."""
+    about = ABOUT[name]
+    caps = about.api or Api()
+    item = str if caps.pattern is None else Annotated[str, Field(pattern=caps.pattern)]
+    kinds = [
+        list[item] if typing.get_origin(member) is tuple else member  # type: ignore[valid-type]
+        for member in members(name)
+        if typing.get_origin(member) is not Literal  # UNSET: JSON leaves the option out
+    ]
+    default = None if DEFAULTS[name] is UNSET else DEFAULTS[name]
+    doc = (caps.doc or about.doc).replace("``", "`")
+    text = str in kinds and caps.pattern is not None
+    return functools.reduce(operator.or_, kinds), Field(
+        default=default,
+        description=doc[0].upper() + doc[1:],
+        ge=about.at_least,
+        gt=about.above,
+        le=caps.most,
+        min_length=about.shortest,
+        max_length=caps.longest,
+        pattern=caps.pattern if text else None,
     )
-    remind_after: float | None = Field(
-        default=None,
-        ge=0,
-        le=MAX_EXPIRES_IN,
-        description="Seconds before the approvers are reminded, and between reminders "
-        "(0: never; default APPROVALS_REMIND_AFTER).",
-    )
-    escalate_after: float | None = Field(
-        default=None,
-        ge=0,
-        le=MAX_EXPIRES_IN,
-        description="Seconds before the card is escalated to escalate_to "
-        "(0: never; default APPROVALS_ESCALATE_AFTER).",
-    )
-    escalate_to: list[Annotated[str, Field(pattern=r"^[CGS][A-Z0-9]{1,30}$")]] | None = Field(
-        default=None,
-        max_length=20,
-        description="Channel ids (C...) and user group ids (S...) an escalation goes to "
-        "(default APPROVALS_ESCALATE_TO).",
+
+
+# The body's gate options are ``GateOptions``' own (those it offers to the API), made into
+# fields here rather than written again. pydantic builds such a model at run time only, so
+# mypy reads the body as ``_Asked``: the options are read through ``options()``, never by name.
+if TYPE_CHECKING:
+    ApprovalBody = _Asked
+else:
+    ApprovalBody = create_model(
+        "ApprovalBody",
+        __base__=_Asked,
+        __doc__=_Asked.__doc__,
+        __module__=__name__,
+        **{name: _option_field(name) for name in SET_BY_API},
     )
 
 

@@ -24,7 +24,15 @@ from llm.parts import Message, ToolCallPart, ToolResultPart
 
 from approvals import store
 from approvals.calls import llm_log, outcomes
-from approvals.calls.gate import Gate, Screening, current_approval, gate_of, released, screened
+from approvals.calls.gate import (
+    Gate,
+    Screening,
+    current_approval,
+    describe,
+    gate_of,
+    released,
+    screened,
+)
 from approvals.calls.plugins import (
     AsyncModel,
     SyncModel,
@@ -48,6 +56,7 @@ from approvals.models import (
     Approval,
     Decision,
     DecisionKind,
+    GateOptions,
     SiblingResult,
 )
 from approvals.models.grant import Call
@@ -526,7 +535,7 @@ def _screen(context: _RunContext, call: llm.ToolCall, gate: Gate) -> Screening:
         if automatic.grants_may_decide(verdict):
             return _screen_grants(context, call, gate, verdict)
         return Screening()  # a stricter review, or a rule that failed: a person decides
-    approval = _new_approval(call, [], context, gate, _channel(gate, context) or "")
+    approval = _new_approval(call, [], context, gate.options, _channel(gate.options, context))
     try:
         decision = automatic.record_rule_decision(context.conn, approval, verdict)
     except redis.RedisError:
@@ -544,7 +553,7 @@ def _facts(context: _RunContext, call: llm.ToolCall, gate: Gate) -> policy.Call:
         tool=call.name,
         args=call.arguments,
         requester=context.requested_by or "",
-        channel=_channel(gate, context) or "",
+        channel=_channel(gate.options, context),
     )
 
 
@@ -552,9 +561,9 @@ def _screen_grants(
     context: _RunContext, call: llm.ToolCall, gate: Gate, verdict: policy.Verdict | None
 ) -> Screening:
     """Let the call run when a live grant covers it (taking one use), else pause."""
-    if not gate.policy.allows_grants:
+    if not gate.options.allows_grants:
         return Screening()
-    approval = _new_approval(call, [], context, gate, _channel(gate, context) or "")
+    approval = _new_approval(call, [], context, gate.options, _channel(gate.options, context))
     try:
         grant = automatic.take_grant(context.conn, approval, call.arguments)
         if grant is None:
@@ -566,17 +575,10 @@ def _screen_grants(
     return Screening(run=True)
 
 
-def _channel(gate: Gate, context: _RunContext) -> str | None:
-    return gate.channel or context.channel or context.settings.channel
-
-
-def _required(
-    approval: Approval, gate: Gate, verdict: policy.Verdict | None, settings: Settings
-) -> float | None:
-    """Apply a ``require`` rule to the new approval; returns the seconds it may wait (None:
-    indefinitely, as the gate's ``expires_in=None`` asks)."""
-    waits = None if gate.waits_forever else (gate.expires_in or settings.expires_in)
-    return automatic.apply_requirement(approval, verdict, waits)
+def _channel(options: GateOptions, context: _RunContext) -> str:
+    """Where a call's card goes: its options' channel, else the run's, else the setting's
+    ("": none of them says)."""
+    return options.channel or context.channel or context.settings.channel or ""
 
 
 def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext) -> str:
@@ -597,38 +599,31 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
     settings = context.settings
     verdict = context.verdicts.pop(call.tool_call_id, None)
     asked = [(call, gate, verdict), *_waiting_in_turn(pause, base, context)]
-    made: list[tuple[Approval, float | None, list[str]]] = []
+    made: list[tuple[Approval, GateOptions, list[str]]] = []
     for asked_call, asked_gate, asked_verdict in asked:
-        channel = _channel(asked_gate, context)
+        options, rule_id = automatic.apply_requirement(asked_gate.options, asked_verdict)
+        channel = _channel(options, context)
         if not channel:
             raise ConfigError(
                 "missing required setting APPROVALS_CHANNEL: where should the card go?"
             )
-        approval = _new_approval(asked_call, pause.tool_results, context, asked_gate, channel)
-        waits = _required(approval, asked_gate, asked_verdict, settings)
-        approval.expires_at = 0.0 if waits is None else approval.created_at + waits
-        deadlines.plan(
-            approval, settings, asked_gate.remind_after, asked_gate.escalate_after,
-            asked_gate.escalate_to,
-        )  # fmt: skip
+        approval = _new_approval(asked_call, pause.tool_results, context, options, channel)
+        approval.rule_id = rule_id
         events = automatic.verdict_events(asked_verdict) if asked_verdict is not None else []
-        made.append((approval, waits, events))
-    lead = made[0][0]
+        made.append((approval, options, events))
+    # One card for the turn: it goes where the lead's goes, and every call of it knows the
+    # others (``Approval.turn``). Each call keeps the lead's reminder and escalation times; the
+    # first call still waiting acts for the card (``reminders.acts_for_card``).
+    lead, card = made[0][0], made[0][1]
+    longest = [deadlines.plan(approval, settings, options, card) for approval, options, _ in made]
     if len(made) > 1:
-        # One card for the turn: it goes where the lead's goes, and every call of it knows
-        # the others (``Approval.turn``). Each call keeps the lead's reminder and escalation
-        # times; the first call still waiting acts for the card (``reminders.acts_for_card``).
         turn = tuple(a.id for a, _, _ in made)
         for approval, _, _ in made:
             approval.turn = turn
             approval.channel = lead.channel
-            approval.remind_after = lead.remind_after
-            approval.escalate_after = lead.escalate_after
-            approval.escalate_to = lead.escalate_to
     # One transaction: the approvals exist with the card job and their deadlines, or not at
     # all. The run's stream outlives the longest wait for a decision by the outcome's TTL.
     pipe = None
-    longest = [w for _, w, _ in made]
     run_ttl = None if None in longest else int(max(w or 0 for w in longest)) + settings.result_ttl
     for approval, _, events in made:
         # Only the lead is a pause of the run (and holds the history the resume starts from);
@@ -698,7 +693,7 @@ def _look_ahead(
             return True, verdict
         if not automatic.grants_may_decide(verdict):
             return False, verdict
-    if not gate.policy.allows_grants:
+    if not gate.options.allows_grants:
         return False, verdict
     wanted = Call(
         tool=call.name,
@@ -719,7 +714,7 @@ def _new_approval(
     call: llm.ToolCall,
     tool_results: Sequence[llm.ToolResult],
     context: _RunContext,
-    gate: Gate,
+    options: GateOptions,
     channel: str,
 ) -> Approval:
     """The record of a gated call, as it is asked for (pending, no expiry yet)."""
@@ -737,13 +732,13 @@ def _new_approval(
         tools=tool_refs(context.tools),
         channel=channel,
         system=context.system,
-        summary=gate.describe(call.arguments),
+        summary=describe(options.summary, call.arguments),
         siblings=[SiblingResult(r.name, r.output[: SIBLING_PREVIEW + 1]) for r in tool_results],
         requested_by=context.requested_by,
         chain_limit=context.chain_limit,
         parent_id=context.parent_id,
         thread_ts=context.thread_ts,
-        policy=gate.policy,
+        policy=options.policy,
         secret_arguments=secret_names(
             [*call.arguments, *properties], context.settings.secret_names
         ),

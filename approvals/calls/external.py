@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -25,7 +25,7 @@ from approvals.config import Settings
 from approvals.decisions import automatic, deadlines, policy
 from approvals.decisions.schemas import validate_arguments
 from approvals.errors import ConfigError, NotAllowed, UnknownApproval
-from approvals.models import Approval, DecisionKind, Policy, RunResult, Status, ToolRef
+from approvals.models import Approval, DecisionKind, GateOptions, RunResult, Status, ToolRef
 from approvals.models import result_to_dict as _result_to_dict
 from approvals.secrets import secret_names
 from approvals.store import queue
@@ -45,26 +45,13 @@ class ExternalRequest:
     arguments: dict[str, Any]
     agent: str
     schema: dict[str, Any] | None = None
-    summary: str | None = None
     preview: str | None = None
     requested_by: str | None = None
-    channel: str | None = None
-    expires_in: float | None = None
-    editable: tuple[str, ...] | None = None
-    approvers: tuple[str, ...] | None = None
-    approver_groups: tuple[str, ...] | None = None
-    approvals_required: int = 1
-    reason_required: bool = False
     idempotency_key: str | None = None
     #: Groups the requests of one task, for the card's "This tool, this run" grant.
     run_id: str | None = None
-    #: False: the card offers no grant, only "Just this call".
-    grantable: bool = True
-    #: Seconds before the approvers are reminded (0: never; None: ``APPROVALS_REMIND_AFTER``).
-    remind_after: float | None = None
-    #: Seconds before the card is escalated to ``escalate_to`` (None: the settings').
-    escalate_after: float | None = None
-    escalate_to: tuple[str, ...] | None = None
+    #: How it asks: who may decide, where, how long... (the summary is shown as written).
+    options: GateOptions = field(default_factory=GateOptions)
 
 
 #: An API caller's ``run_id`` is kept per agent, so one agent's run never names another's
@@ -89,35 +76,33 @@ def ask(conn: redis.Redis, settings: Settings, request: ExternalRequest) -> tupl
             nothing was written.
         ConfigError: no channel was given and ``APPROVALS_CHANNEL`` is not set; or
             ``APPROVALS_POLICY`` cannot be read (nothing is asked: fail closed).
+        ValueError: the options say to wait indefinitely.
     """
     schema = request.schema if request.schema is not None else {"type": "object"}
     validate_arguments(schema, request.arguments)
-    channel = request.channel or settings.channel
+    if request.options.expires_in is None:  # the API cannot ask it: its callers wait for an end
+        raise ValueError("an external approval cannot wait indefinitely (expires_in=None)")
+    channel = request.options.channel or settings.channel
     if not channel:
         raise ConfigError("missing required setting APPROVALS_CHANNEL: where should the card go?")
     rules = policy.rules_at(settings.policy_path)
-    approval = _new_approval(settings, request, schema, channel)
     verdict = None
     if rules:
         facts = policy.Call(
-            agent=approval.agent,
-            tool=approval.tool_name,
-            args=approval.arguments,
-            requester=approval.requested_by or "",
+            agent=request.agent,
+            tool=request.tool,
+            args=request.arguments,
+            requester=request.requested_by or "",
             channel=channel,
         )
         verdict = automatic.judge(rules, facts)
-    waits = automatic.apply_requirement(
-        approval, verdict, request.expires_in or settings.expires_in
-    )
-    assert waits is not None
-    approval.expires_at = approval.created_at + waits
-    deadlines.plan(
-        approval, settings, request.remind_after, request.escalate_after, request.escalate_to
-    )
+    options, rule_id = automatic.apply_requirement(request.options, verdict)
+    approval = _new_approval(settings, request, schema, options, options.channel or channel)
+    approval.rule_id = rule_id
+    deadlines.plan(approval, settings, options)
     digest = _key_digest(request.idempotency_key)
     if digest is not None:
-        ttl = int(waits) + settings.result_ttl
+        ttl = _run_ttl(settings, approval)
         first = store.callers.claim_idempotency(conn, request.agent, digest, approval.id, ttl)
         if first is not None:
             return store.records.load(conn, first), False
@@ -153,7 +138,11 @@ def run_of(approval: Approval) -> str | None:
 
 
 def _new_approval(
-    settings: Settings, request: ExternalRequest, schema: dict[str, Any], channel: str
+    settings: Settings,
+    request: ExternalRequest,
+    schema: dict[str, Any],
+    options: GateOptions,
+    channel: str,
 ) -> Approval:
     properties = schema.get("properties", {})
     names = [*request.arguments, *(properties if isinstance(properties, dict) else {})]
@@ -166,17 +155,10 @@ def _new_approval(
         arguments=dict(request.arguments),
         tools=[ToolRef(name=request.tool, path="", schema=schema)],
         channel=channel,
-        summary=request.summary,
+        summary=options.summary,
         preview=request.preview,
         requested_by=request.requested_by,
-        policy=Policy(
-            approvers=request.approvers,
-            approver_groups=request.approver_groups,
-            approvals_required=request.approvals_required,
-            editable=request.editable,
-            reason_required=request.reason_required,
-            grantable=request.grantable,
-        ),
+        policy=options.policy,
         secret_arguments=secret_names(names, settings.secret_names),
         external=True,
         run_id=None if request.run_id is None else f"{RUN_PREFIX}{request.agent}:{request.run_id}",

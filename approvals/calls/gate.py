@@ -17,29 +17,20 @@ import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Literal, TypeVar, overload
+from dataclasses import dataclass
+from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
+import attrs
 import llm
 
 from approvals.decisions import ijson
 from approvals.errors import CorruptRecord
-from approvals.models import OnReject, Policy, policy_from_dict, policy_to_dict
+from approvals.models import UNSET, GateOptions, options_from_dict, options_to_dict
+from approvals.models.options import options_doc
 from approvals.proof import receipts
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class _Unset(Enum):
-    """The default of ``expires_in``: the setting applies (``None`` means "never expire")."""
-
-    TOKEN = 0
-
-
-UNSET: Literal[_Unset.TOKEN] = _Unset.TOKEN
-#: What ``expires_in`` accepts: seconds, None (wait indefinitely) or the default.
-ExpiresIn = float | None | Literal[_Unset.TOKEN]
+P = ParamSpec("P")
 
 GATE_ATTRIBUTE = "__approval_gate__"
 
@@ -57,169 +48,88 @@ _released: ContextVar[Mapping[str, str | None] | None] = ContextVar(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Gate:
-    """How a gated tool asks for approval (see ``requires_approval`` for each option)."""
+    """How a gated tool asks for approval: its options (``GateOptions``), kept on the tool."""
 
-    channel: str | None = None
-    summary: str | None = None
-    #: None: ``APPROVALS_EXPIRES_IN`` (unless ``waits_forever``).
-    expires_in: float | None = None
-    policy: Policy = field(default_factory=Policy)
-    #: ``expires_in=None`` was given: the approval never expires.
-    waits_forever: bool = False
-    #: None: the settings (``APPROVALS_REMIND_AFTER`` and so on); 0: off.
-    remind_after: float | None = None
-    escalate_after: float | None = None
-    escalate_to: tuple[str, ...] | None = None
+    options: GateOptions
+
+    def __init__(self, options: GateOptions | None = None, /, **named: Any) -> None:
+        """``Gate(options)``, or the options by name (as ``requires_approval`` takes them;
+        ``policy=`` gives those an approval carries to its decision as one)."""
+        start = named.pop("policy", None) or options or GateOptions()
+        object.__setattr__(self, "options", attrs.evolve(start, **named) if named else start)
+
+    # How a gate reads to someone looking at one (``gate_of(tool).policy`` and so on).
+
+    @property
+    def policy(self) -> GateOptions:
+        """The options its approvals carry to their decision."""
+        return self.options.policy
+
+    @property
+    def expires_in(self) -> float | None:
+        """Its own expiry in seconds (None: the setting's, or none: ``waits_forever``)."""
+        expires_in = self.options.expires_in
+        return None if expires_in is UNSET else expires_in
+
+    @property
+    def waits_forever(self) -> bool:
+        """``expires_in=None`` was given: its approvals never expire."""
+        return self.options.expires_in is None
 
     def describe(self, arguments: dict[str, Any]) -> str | None:
-        """The summary with the arguments filled in; the raw template if they do not fit."""
-        if self.summary is None:
-            return None
-        try:
-            return self.summary.format_map(arguments)
-        except (KeyError, IndexError, ValueError, AttributeError, TypeError):
-            return self.summary
+        return describe(self.options.summary, arguments)
 
 
-@overload
-def requires_approval(fn: F) -> F: ...
-@overload
-def requires_approval(
-    *,
-    channel: str | None = None,
-    summary: str | None = None,
-    editable: Iterable[str] | None = None,
-    reason_required: bool = False,
-    on_reject: str = "resume",
-    expires_in: ExpiresIn = UNSET,
-    approvers: Iterable[str] | None = None,
-    approver_groups: Iterable[str] | None = None,
-    allow_self_approval: bool = False,
-    approvals_required: int = 1,
-    webhook: str | None = None,
-    grantable: bool = True,
-    remind_after: float | None = None,
-    escalate_after: float | None = None,
-    escalate_to: Iterable[str] | None = None,
-) -> Callable[[F], F]: ...
+def describe(summary: str | None, arguments: dict[str, Any]) -> str | None:
+    """``summary`` with the arguments filled in; the raw template if they do not fit."""
+    if summary is None:
+        return None
+    try:
+        return summary.format_map(arguments)
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError):
+        return summary
 
 
-def requires_approval(
-    fn: F | None = None,
-    *,
-    channel: str | None = None,
-    summary: str | None = None,
-    editable: Iterable[str] | None = None,
-    reason_required: bool = False,
-    on_reject: str = "resume",
-    expires_in: ExpiresIn = UNSET,
-    approvers: Iterable[str] | None = None,
-    approver_groups: Iterable[str] | None = None,
-    allow_self_approval: bool = False,
-    approvals_required: int = 1,
-    webhook: str | None = None,
-    grantable: bool = True,
-    remind_after: float | None = None,
-    escalate_after: float | None = None,
-    escalate_to: Iterable[str] | None = None,
-) -> F | Callable[[F], F]:
-    """Mark a tool as needing approval; usable bare or with options.
+class _Decorator(Protocol[P]):
+    """``requires_approval``'s type: bare on a function, or called with the options ``P``."""
 
-    Args:
-        channel: post this tool's cards to this channel id instead of ``APPROVALS_CHANNEL``.
-        summary: a one-line description for the card, e.g. ``"Delete {path}"``.
-        editable: the arguments a reviewer may edit (default: all).
-        reason_required: a rejection must say why.
-        on_reject: ``"resume"`` (the model is told and re-plans) or ``"stop"`` (the run ends).
-            Also applies when the approval expires.
-        expires_in: seconds until an undecided approval expires (default
-            ``APPROVALS_EXPIRES_IN``, 24 h); ``None`` waits indefinitely. Expiry never approves.
-        remind_after: seconds before the approvers are reminded, and between reminders (at
-            most three; default ``APPROVALS_REMIND_AFTER``, 1 h; 0: none).
-        escalate_after, escalate_to: seconds after which the card is also posted to these
-            channel ids and user group ids, whose members may then decide too (defaults
-            ``APPROVALS_ESCALATE_AFTER``, ``APPROVALS_ESCALATE_TO``).
-        approvers, approver_groups: Slack user ids / user group ids allowed to decide,
-            instead of ``APPROVERS`` / ``APPROVER_GROUPS``.
-        allow_self_approval: the person the agent acts for (``requested_by``) may decide.
-        approvals_required: distinct approvals needed; one rejection still ends it.
-        webhook: a URL that also receives this tool's state changes, signed with
-            ``APPROVALS_WEBHOOK_SECRET`` like those of ``APPROVALS_WEBHOOK_URLS``.
-        grantable: an approver may approve with a wider scope (a grant: this tool for the
-            run, for some hours, or these exact arguments); never with a quorum.
+    @overload
+    def __call__(self, fn: F, /) -> F: ...
+    @overload
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Callable[[F], F]: ...
+
+
+def _taking(options: Callable[P, GateOptions]) -> Callable[[Callable[..., Any]], _Decorator[P]]:
+    """Type a decorator as taking ``options``' keyword arguments, and say so to ``help()``
+    and ``inspect.signature``: its docstring gains their docs (the function is unchanged)."""
+
+    def typed(function: Callable[..., Any]) -> _Decorator[P]:
+        bare = inspect.Parameter("fn", inspect.Parameter.POSITIONAL_ONLY, default=None)
+        taken = inspect.signature(options).parameters.values()
+        function.__signature__ = inspect.Signature([bare, *taken])  # type: ignore[attr-defined]
+        function.__doc__ = f"{inspect.cleandoc(function.__doc__ or '')}\n\n{options_doc()}"
+        return cast(_Decorator[P], function)
+
+    return typed
+
+
+@_taking(GateOptions)
+def requires_approval(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    """Mark a tool as needing approval; usable bare (``@requires_approval``) or with options
+    (``@requires_approval(summary="Delete {path}", approvals_required=2)``).
+
+    The options are the fields of ``approvals.models.GateOptions``, each with its doc below;
+    one it does not know is a TypeError, an impossible value a TypeError or a ValueError,
+    raised here before any function is decorated.
     """
-    gate = _make_gate(
-        channel=channel,
-        summary=summary,
-        editable=editable,
-        reason_required=reason_required,
-        on_reject=on_reject,
-        expires_in=expires_in,
-        approvers=approvers,
-        approver_groups=approver_groups,
-        allow_self_approval=allow_self_approval,
-        approvals_required=approvals_required,
-        webhook=webhook,
-        grantable=grantable,
-        remind_after=remind_after,
-        escalate_after=escalate_after,
-        escalate_to=escalate_to,
-    )
+    chosen = Gate(GateOptions(**options))
 
     def decorate(func: F) -> F:
-        return _gated(func, gate)
+        return _gated(func, chosen)
 
     return decorate(fn) if fn is not None else decorate
-
-
-def _make_gate(
-    *,
-    channel: str | None = None,
-    summary: str | None = None,
-    editable: Iterable[str] | None = None,
-    reason_required: bool = False,
-    on_reject: str = "resume",
-    expires_in: ExpiresIn = UNSET,
-    approvers: Iterable[str] | None = None,
-    approver_groups: Iterable[str] | None = None,
-    allow_self_approval: bool = False,
-    approvals_required: int = 1,
-    webhook: str | None = None,
-    grantable: bool = True,
-    remind_after: float | None = None,
-    escalate_after: float | None = None,
-    escalate_to: Iterable[str] | None = None,
-) -> Gate:
-    """A ``Gate`` from ``requires_approval``'s options (``gate()`` takes the same)."""
-    if approvals_required < 1:
-        raise ValueError("approvals_required must be at least 1")
-    if isinstance(expires_in, int | float) and expires_in <= 0:
-        raise ValueError("expires_in must be a positive number of seconds")
-    for name, value in (("remind_after", remind_after), ("escalate_after", escalate_after)):
-        if value is not None and value < 0:
-            raise ValueError(f"{name} must be a number of seconds (0: off)")
-    return Gate(
-        channel=channel,
-        summary=summary,
-        expires_in=None if expires_in is None or expires_in is UNSET else float(expires_in),
-        waits_forever=expires_in is None,
-        remind_after=remind_after,
-        escalate_after=escalate_after,
-        escalate_to=_names(escalate_to, "escalate_to"),
-        policy=Policy(
-            approvers=_names(approvers, "approvers"),
-            approver_groups=_names(approver_groups, "approver_groups"),
-            allow_self_approval=allow_self_approval,
-            approvals_required=approvals_required,
-            editable=_names(editable, "editable"),
-            reason_required=reason_required,
-            on_reject=OnReject(on_reject),
-            webhook=webhook,
-            grantable=grantable,
-        ),
-    )
 
 
 T = TypeVar("T")
@@ -235,11 +145,11 @@ def gate(target: T, *, methods: Iterable[str] | None = None, **options: Any) -> 
     original again by its own dotted path (its module must be in ``APPROVALS_TOOL_MODULES``)
     and applies the same gate, recorded with the pause.
     """
-    chosen = _make_gate(**options)  # an unknown option is a TypeError, as for any call
+    chosen = Gate(GateOptions(**options))  # an unknown option is a TypeError, as for any call
     if isinstance(target, llm.Toolbox):
         if methods is None:
             raise TypeError("gate(toolbox) needs methods=[...]: the methods that wait for a person")
-        gate_methods(target, _names(methods, "methods") or (), chosen)
+        gate_methods(target, _names(methods, "methods"), chosen)
         return target
     if methods is not None:
         raise TypeError("methods= is for toolboxes; a function is gated as a whole")
@@ -298,52 +208,35 @@ def is_applied(tool: Any) -> bool:
 
 def gate_to_dict(options: Gate) -> dict[str, Any]:
     """A gate as JSON-ready data, for a pause that must tell the worker how to gate again."""
-    return {
-        "channel": options.channel,
-        "summary": options.summary,
-        "expires_in": options.expires_in,
-        "policy": policy_to_dict(options.policy),
-        "waits_forever": options.waits_forever,
-        "remind_after": options.remind_after,
-        "escalate_after": options.escalate_after,
-        "escalate_to": None if options.escalate_to is None else list(options.escalate_to),
-    }
+    return options_to_dict(options.options)
 
 
 def gate_from_dict(data: Mapping[str, Any]) -> Gate:
-    """The gate a pause recorded (``CorruptRecord`` when the data is not one)."""
-    channel, summary, expires_in = data.get("channel"), data.get("summary"), data.get("expires_in")
-    if not (
-        (channel is None or isinstance(channel, str))
-        and (summary is None or isinstance(summary, str))
-        and (expires_in is None or isinstance(expires_in, int | float))
-    ):
-        raise CorruptRecord("a recorded gate has fields of the wrong type")
-    remind, escalate, targets = (data.get(k) for k in ("remind_after", "escalate_after",
-                                                        "escalate_to"))  # fmt: skip
-    if not (
-        all(v is None or (isinstance(v, int | float) and not isinstance(v, bool))
-            for v in (remind, escalate))
-        and (targets is None or (isinstance(targets, list)
-                                 and all(isinstance(t, str) for t in targets)))
-    ):  # fmt: skip
-        raise CorruptRecord("a recorded gate has reminder fields of the wrong type")
-    return Gate(
-        channel=channel,
-        summary=summary,
-        expires_in=None if expires_in is None else float(expires_in),
-        policy=policy_from_dict(data.get("policy")),
-        waits_forever=data.get("waits_forever") is True,
-        remind_after=None if remind is None else float(remind),
-        escalate_after=None if escalate is None else float(escalate),
-        escalate_to=None if targets is None else tuple(targets),
-    )
+    """The gate a pause recorded, in this version's form or the previous one's
+    (``CorruptRecord`` when the data is not one)."""
+    return Gate(options_from_dict(_flattened(data)))
 
 
-def _names(value: Iterable[str] | None, option: str) -> tuple[str, ...] | None:
+def _flattened(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A gate as the previous version recorded it, with the options read when someone
+    decides nested in ``policy`` and ``waits_forever`` beside ``expires_in`` (null: the
+    setting), in this version's form: the options side by side (``expires_in`` null: never
+    expire, left out: the setting). This version's form passes unchanged."""
+    if not isinstance(data, dict) or "waits_forever" not in data:
+        return data
+    policy = data.get("policy")
+    if not isinstance(policy, dict):
+        raise CorruptRecord("a recorded gate has no policy")
+    flat = {**policy, **{k: v for k, v in data.items() if k not in ("policy", "waits_forever")}}
+    if data["waits_forever"] is True:
+        flat["expires_in"] = None
+    elif flat.get("expires_in") is None:
+        flat.pop("expires_in", None)
+    return flat
+
+
+def _names(value: Iterable[str], option: str) -> tuple[str, ...]:
     """A tuple of names; a bare string is refused (it would be read letter by letter)."""
-    if value is None:
-        return None
     if isinstance(value, str):
         raise TypeError(f"{option} must be a list of names, not the string {value!r}")
     return tuple(value)

@@ -12,7 +12,6 @@ signed receipt (``receipts.py``): its record says ``decided_by`` rule or grant i
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -24,7 +23,14 @@ import redis
 from approvals import store
 from approvals.config import Settings
 from approvals.decisions import grants, policy
-from approvals.models import Approval, DecidedBy, Decision, DecisionKind, decision_to_dict
+from approvals.models import (
+    Approval,
+    DecidedBy,
+    Decision,
+    DecisionKind,
+    GateOptions,
+    decision_to_dict,
+)
 from approvals.models.grant import Call, Grant
 from approvals.store import queue
 
@@ -158,27 +164,14 @@ def verdict_events(verdict: policy.Verdict) -> list[str]:
 
 
 def apply_requirement(
-    approval: Approval, verdict: policy.Verdict | None, waits: float | None
-) -> float | None:
-    """Apply a ``require`` rule to the new approval: its approvers, groups, quorum and channel
-    replace the asker's; returns the seconds the approval may wait (the rule's expiry, else
-    ``waits``; None: indefinitely)."""
+    options: GateOptions, verdict: policy.Verdict | None
+) -> tuple[GateOptions, str | None]:
+    """The options a call is asked with once the rules had their say: a ``require`` rule's
+    own (approvers, groups, quorum, expiry, channel...) replace the asker's. Returns them, and
+    the id of the rule that required them (None: no rule did)."""
     rule = verdict.rule if verdict is not None else None
     if verdict is None or rule is None or rule.require is None:
-        return waits
+        return options, None
     if verdict.action is not policy.Action.REQUIRE:
-        return waits
-    need = rule.require
-    approval.rule_id = rule.id
-    approval.policy = dataclasses.replace(
-        approval.policy,
-        approvers=need.approvers if need.approvers is not None else approval.policy.approvers,
-        approver_groups=(
-            need.approver_groups
-            if need.approver_groups is not None
-            else approval.policy.approver_groups
-        ),
-        approvals_required=need.approvals_required or approval.policy.approvals_required,
-    )
-    approval.channel = need.channel or approval.channel
-    return need.expires_in or waits
+        return options, None
+    return rule.require.apply(options), rule.id

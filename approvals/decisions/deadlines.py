@@ -27,7 +27,7 @@ from slack_sdk import WebClient
 from approvals import store
 from approvals.config import Settings
 from approvals.decisions import review
-from approvals.models import Approval, Status
+from approvals.models import UNSET, Approval, GateOptions, Status
 from approvals.slack import web as slack
 from approvals.store import queue
 
@@ -66,16 +66,23 @@ class Kind(StrEnum):
 def plan(
     approval: Approval,
     settings: Settings,
-    remind_after: float | None,
-    escalate_after: float | None,
-    escalate_to: tuple[str, ...] | None,
-) -> None:
-    """Set the approval's reminder and escalation times: what its gate (or API request) asks,
-    else the settings'; no escalation without somewhere to escalate to."""
-    approval.remind_after = settings.remind_after if remind_after is None else remind_after
-    approval.escalate_to = settings.escalate_to if escalate_to is None else escalate_to
-    escalate = settings.escalate_after if escalate_after is None else escalate_after
+    options: GateOptions,
+    card: GateOptions | None = None,
+) -> float | None:
+    """Set the approval's deadlines from the options it was asked with, else the settings':
+    when it expires (``expires_at`` 0: it waits for people however long), when its approvers
+    are reminded, and when it is escalated (never without somewhere to escalate to).
+    ``card``: the options of the call whose card it shares (a turn's lead), whose reminders
+    and escalation it keeps. Returns how long it waits (None: however long)."""
+    waits = settings.expires_in if options.expires_in is UNSET else options.expires_in
+    approval.expires_at = 0.0 if waits is None else approval.created_at + waits
+    card = options if card is None else card
+    remind, escalate, targets = card.remind_after, card.escalate_after, card.escalate_to
+    approval.remind_after = settings.remind_after if remind is None else remind
+    approval.escalate_to = settings.escalate_to if targets is None else targets
+    escalate = settings.escalate_after if escalate is None else escalate
     approval.escalate_after = escalate if approval.escalate_to else 0.0
+    return waits
 
 
 def schedule(target: Any, settings: Settings, approval: Approval) -> None:

@@ -26,7 +26,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import attrs
+
 from approvals.errors import PolicyError
+from approvals.models import GateOptions
+from approvals.models.options import SET_BY_RULES, given_options
 
 
 class Action(StrEnum):
@@ -43,15 +47,24 @@ class Mode(StrEnum):
     SHADOW = "shadow"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Requirement:
-    """What a ``require`` rule imposes on the approval; None leaves the gate's own value."""
+    """What a ``require`` rule imposes on the approval: gate options (those ``SET_BY_RULES``)
+    that replace the asker's; an option it does not name leaves the gate's own value."""
 
-    approvers: tuple[str, ...] | None = None
-    approver_groups: tuple[str, ...] | None = None
-    approvals_required: int | None = None
-    expires_in: float | None = None
-    channel: str | None = None
+    #: The options it names, with their values as ``GateOptions`` keeps them, by name.
+    options: tuple[tuple[str, Any], ...]
+
+    def __init__(self, **options: Any) -> None:
+        """Raises TypeError or ValueError, naming the option, unless ``GateOptions`` takes
+        every one of them."""
+        checked = GateOptions(**options)
+        named = tuple((name, getattr(checked, name)) for name in sorted(options))
+        object.__setattr__(self, "options", named)
+
+    def apply(self, options: GateOptions) -> GateOptions:
+        """``options`` with the ones this requirement names replaced."""
+        return attrs.evolve(options, **dict(self.options))
 
 
 @dataclass(frozen=True)
@@ -110,7 +123,6 @@ class Verdict:
 
 
 _FIELDS = {"id", "agent", "tool", "requester", "channel", "when", "action", "reason", "mode"}
-_REQUIRE_FIELDS = {"approvers", "approver_groups", "approvals_required", "expires_in", "channel"}
 
 
 def load(path: str) -> list[Rule]:
@@ -193,23 +205,12 @@ def _rule(entry: Any, where: str) -> Rule:
 def _requirement(raw: Any, where: str) -> Requirement | None:
     if raw is None:
         return None
-    if not isinstance(raw, dict) or set(raw) - _REQUIRE_FIELDS:
-        raise PolicyError(f"{where}: [rule.require] takes only {sorted(_REQUIRE_FIELDS)}")
-    required = raw.get("approvals_required")
-    if required is not None and (not isinstance(required, int) or required < 1):
-        raise PolicyError(f"{where}: approvals_required must be a whole number of at least 1")
-    expires_in = raw.get("expires_in")
-    if expires_in is not None and (
-        isinstance(expires_in, bool) or not isinstance(expires_in, int | float) or expires_in <= 0
-    ):
-        raise PolicyError(f"{where}: expires_in must be a positive number of seconds")
-    return Requirement(
-        approvers=_names(raw, "approvers", where),
-        approver_groups=_names(raw, "approver_groups", where),
-        approvals_required=required,
-        expires_in=None if expires_in is None else float(expires_in),
-        channel=_text(raw, "channel", where),
-    )
+    if not isinstance(raw, dict) or set(raw) - SET_BY_RULES:
+        raise PolicyError(f"{where}: [rule.require] takes only {sorted(SET_BY_RULES)}")
+    try:
+        return Requirement(**given_options(raw))
+    except (TypeError, ValueError) as exc:
+        raise PolicyError(f"{where}: [rule.require]: {exc}") from None
 
 
 def _text(entry: Mapping[str, Any], name: str, where: str) -> str | None:
@@ -221,15 +222,6 @@ def _required_text(entry: Mapping[str, Any], name: str, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise PolicyError(f"{where}: {name!r} must be a non-empty string")
     return value
-
-
-def _names(entry: Mapping[str, Any], name: str, where: str) -> tuple[str, ...] | None:
-    value = entry.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise PolicyError(f"{where}: {name!r} must be a list of strings")
-    return tuple(value)
 
 
 def evaluate(rules: Sequence[Rule], call: Call) -> Verdict:

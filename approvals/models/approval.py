@@ -29,6 +29,13 @@ from enum import StrEnum
 from typing import Any
 
 from approvals.errors import CorruptRecord
+from approvals.models.options import (
+    CARRIED,
+    GateOptions,
+    OnReject,
+    options_from_dict,
+    options_to_dict,
+)
 from approvals.secrets import mask, mask_text
 
 
@@ -109,37 +116,11 @@ class DecidedBy(StrEnum):
     RULE = "rule"
 
 
-class OnReject(StrEnum):
-    #: The model is told and the chain resumes, so the agent can re-plan.
-    RESUME = "resume"
-    #: The run ends where it paused.
-    STOP = "stop"
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Who may decide and how, copied from the tool's gate at the pause.
-
-    ``None`` means "the deployment's default" (``APPROVERS``, ``APPROVER_GROUPS``), read when
-    someone decides, so changing the defaults applies to approvals already waiting.
-    """
-
-    approvers: tuple[str, ...] | None = None
-    approver_groups: tuple[str, ...] | None = None
-    allow_self_approval: bool = False
-    approvals_required: int = 1
-    #: Arguments a reviewer may edit; ``None`` means all of them.
-    editable: tuple[str, ...] | None = None
-    reason_required: bool = False
-    on_reject: OnReject = OnReject.RESUME
-    #: A URL that receives this approval's state changes, besides ``APPROVALS_WEBHOOK_URLS``.
-    webhook: str | None = None
-    #: Whether an approver may approve with a wider scope (a grant); never with a quorum.
-    grantable: bool = True
-
-    @property
-    def allows_grants(self) -> bool:
-        return self.grantable and self.approvals_required == 1
+#: Who may decide and how: the gate's options an approval carries to its decision
+#: (``GateOptions.policy``). ``None`` means "the deployment's default" (``APPROVERS``,
+#: ``APPROVER_GROUPS``), read when someone decides, so changing the defaults applies to
+#: approvals already waiting.
+Policy = GateOptions
 
 
 @dataclass(frozen=True)
@@ -229,7 +210,9 @@ class Approval:
     created_at: float = field(default_factory=time.time)
     #: When nobody deciding makes it ``expired`` (epoch seconds).
     expires_at: float = 0.0
-    policy: Policy = field(default_factory=Policy)
+    #: The gate's options read when someone decides (those spent at the pause are the
+    #: channel, summary, expiry, reminder and escalation fields of the approval itself).
+    policy: GateOptions = field(default_factory=GateOptions)
     #: Arguments whose values are masked wherever people see them (and cannot be edited).
     secret_arguments: tuple[str, ...] = ()
     #: The llm version that paused the chain (a resume on another version is noted).
@@ -333,7 +316,7 @@ class Approval:
             data.pop(mutable)
         if not self.turn:  # most calls are alone in their turn: nothing stored for them
             del data["turn"]
-        data["policy"]["on_reject"] = self.policy.on_reject.value
+        data["policy"] = options_to_dict(self.policy, CARRIED)
         if self.policy.webhook is None:  # most gates have none: not stored for each approval
             del data["policy"]["webhook"]
         return data
@@ -346,7 +329,7 @@ class Approval:
         or false value in ``_LEFT_OUT_WHEN``.
         """
         data = _without_nothing(self.record())
-        data["policy"] = _without_nothing(data["policy"])
+        data["policy"] = options_to_dict(self.policy, CARRIED, sparse=True)
         data["tools"] = [_without_nothing(tool) for tool in data["tools"]]
         return json.dumps(data, separators=(",", ":"))
 
@@ -426,7 +409,8 @@ def _enum(enum: type[StrEnum], raw: Any) -> Any:
         raise CorruptRecord(f"unknown {enum.__name__} {raw!r}") from None
 
 
-#: Fields a stored record leaves out when they hold these values (their readers default to them).
+#: Fields a stored record leaves out when they hold these values (their readers default to them;
+#: the policy leaves out every option that holds its default).
 _LEFT_OUT_WHEN: dict[str, Any] = {
     "secret_arguments": [],
     "escalate_to": [],
@@ -436,12 +420,6 @@ _LEFT_OUT_WHEN: dict[str, Any] = {
     "llm_version": "",
     "remind_after": 0.0,
     "escalate_after": 0.0,
-    # In the policy:
-    "allow_self_approval": False,
-    "approvals_required": 1,
-    "reason_required": False,
-    "on_reject": "resume",
-    "grantable": True,
 }
 
 
@@ -484,7 +462,7 @@ def approval_from_parts(
         thread_ts=_get(record, "thread_ts", str, optional=True),
         created_at=_time(record, "created_at"),
         expires_at=_time(record, "expires_at"),
-        policy=_policy_from_dict(_get(record, "policy", dict)),
+        policy=options_from_dict(_get(record, "policy", dict), CARRIED),
         secret_arguments=_strings(record.get("secret_arguments", []), "secret_arguments"),
         llm_version=_get(record, "llm_version", str, optional=True) or "",
         run_id=_get(record, "run_id", str, optional=True),
@@ -534,44 +512,6 @@ def _strings(value: Any, name: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise CorruptRecord(f"field {name!r} must be a list of strings")
     return tuple(value)
-
-
-def _optional_strings(data: Any, name: str) -> tuple[str, ...] | None:
-    value = _get(data, name, list, optional=True)
-    return None if value is None else _strings(value, name)
-
-
-def policy_to_dict(policy: Policy) -> dict[str, Any]:
-    """A policy as JSON-ready data (``policy_from_dict`` reads it back)."""
-    data = asdict(policy)
-    data["on_reject"] = policy.on_reject.value
-    for name in ("approvers", "approver_groups", "editable"):
-        if data[name] is not None:
-            data[name] = list(data[name])
-    return data
-
-
-def policy_from_dict(data: Any) -> Policy:
-    """A ``Policy`` from its JSON form, every field checked (``CorruptRecord`` if not)."""
-    return _policy_from_dict(data)
-
-
-def _policy_from_dict(data: Any) -> Policy:
-    required = _get(data, "approvals_required", int, optional=True)
-    required = 1 if required is None else required
-    if required < 1:
-        raise CorruptRecord("approvals_required must be at least 1")
-    return Policy(
-        approvers=_optional_strings(data, "approvers"),
-        approver_groups=_optional_strings(data, "approver_groups"),
-        allow_self_approval=_get(data, "allow_self_approval", bool, optional=True) or False,
-        approvals_required=required,
-        editable=_optional_strings(data, "editable"),
-        reason_required=_get(data, "reason_required", bool, optional=True) or False,
-        on_reject=_enum(OnReject, _get(data, "on_reject", str, optional=True) or "resume"),
-        webhook=_get(data, "webhook", str, optional=True),
-        grantable=_get(data, "grantable", bool, optional=True) is not False,
-    )
 
 
 def decision_from_dict(data: Any) -> Decision:

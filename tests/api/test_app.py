@@ -12,8 +12,10 @@ import httpx
 import pytest
 
 from approvals import store
+from approvals.api.bodies import ApprovalBody
 from approvals.client import ApiError, Client
-from approvals.models import Status
+from approvals.models import UNSET, GateOptions, Status
+from approvals.models.options import SET_BY_API
 from tests.api.conftest import Stack
 from tests.api.contract import check, conforms
 from tests.conftest import CHANNEL
@@ -184,6 +186,24 @@ def test_clear_4xx_answers(stack: Stack) -> None:
     if limited.status_code == 429:
         assert limited.headers["Retry-After"]
         check(stack.api_url, "/v1/approvals", "GET", limited)
+
+
+def test_the_body_offers_the_gate_options_the_api_may_set_and_hands_them_on() -> None:
+    """The body's fields are the request's own and the options GateOptions offers to the API,
+    with their bounds; what a body leaves out, or sets to null, is the option's default."""
+    properties = ApprovalBody.model_json_schema(by_alias=True)["properties"]
+    asked = {"tool", "arguments", "schema", "preview", "agent", "requested_by",
+             "idempotency_key", "run_id"}  # fmt: skip
+    assert set(properties) == asked | set(SET_BY_API)
+    assert {"webhook", "allow_self_approval", "on_reject"}.isdisjoint(properties)
+    body = ApprovalBody.model_validate(
+        {"tool": "deploy", "arguments": {}, "approvers": ["UALICE"], "expires_in": None,
+         "remind_after": 0, "escalate_to": ["C0ESC"], "summary": "Deploy {x}"}
+    )  # fmt: skip
+    assert body.options() == GateOptions(
+        approvers=["UALICE"], remind_after=0, escalate_to=["C0ESC"], summary="Deploy {x}"
+    )
+    assert body.options().expires_in is UNSET
 
 
 def test_the_openapi_document_is_served(stack: Stack) -> None:

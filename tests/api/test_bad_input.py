@@ -137,6 +137,26 @@ def test_repeated_keys_and_other_encodings_are_refused(lone_api: LoneApi) -> Non
     assert lone_api.state() == before
 
 
+def test_options_the_api_does_not_offer_are_refused_and_create_nothing(
+    lone_api: LoneApi,
+) -> None:
+    """A token chooses who decides, not where the approval's events go, whether its
+    requester may approve, or what a rejection ends: those options are unknown fields (422
+    naming each), and nothing is created."""
+    headers = _headers(lone_api, "overreach")
+    url = lone_api.url + ROUTE
+    before = lone_api.state()
+    refused = {"webhook": "https://elsewhere.example", "allow_self_approval": True,
+               "on_reject": "stop"}  # fmt: skip
+    for name, value in refused.items():
+        body = {"tool": "deploy", "arguments": {}, name: value}
+        answer = httpx.post(url, json=body, headers=headers)
+        assert answer.status_code == 422, answer.text
+        assert [p["loc"] for p in answer.json()["detail"]] == [["body", name]]
+        check(lone_api.url, ROUTE, "POST", answer)
+    assert lone_api.state() == before
+
+
 def test_a_chunked_body_over_the_cap_gets_413(lone_api: LoneApi) -> None:
     """A body sent in chunks (no Content-Length) past ``APPROVALS_API_MAX_BODY`` gets the
     documented 413 (it got 400), on both routes that read one; nothing is created."""

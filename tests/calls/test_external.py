@@ -17,7 +17,7 @@ from approvals.config import Settings
 from approvals.decisions import recovery
 from approvals.decisions.review import decide
 from approvals.errors import InvalidArguments, NotAllowed
-from approvals.models import DecisionKind, Status
+from approvals.models import DecisionKind, GateOptions, Status
 from approvals.store import queue
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
@@ -100,7 +100,7 @@ def test_the_same_idempotency_key_returns_the_first_approval(
 def test_self_approval_and_quorum_apply(env: dict[str, str], conn: redis.Redis) -> None:
     """The same rules as a paused llm call: the requester may not decide; a quorum counts."""
     settings = Settings.from_env()
-    approval_id = _ask(conn, requested_by="UALICE", approvals_required=2)
+    approval_id = _ask(conn, requested_by="UALICE", options=GateOptions(approvals_required=2))
     with pytest.raises(NotAllowed):
         decide(conn, settings, approval_id, DecisionKind.APPROVE, "UALICE")
     assert (

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import llm
 import pytest
 
 from approvals import run_agent, store
-from approvals.calls.gate import Gate, gate_of, released, requires_approval
+from approvals.calls.gate import (
+    Gate,
+    gate,
+    gate_from_dict,
+    gate_of,
+    gate_to_dict,
+    released,
+    requires_approval,
+)
 from approvals.calls.tools import describe_tool
-from approvals.models import OnReject, Policy
+from approvals.errors import CorruptRecord
+from approvals.models import GateOptions, OnReject, Policy
+from approvals.models.options import ABOUT, OPTIONS
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.e2e import model_calls, tool_results_seen
@@ -303,6 +314,72 @@ def test_any_iterable_of_names_is_accepted(kind):
         ("S1",),
         ("path",),
     )
+
+
+def test_requires_approval_takes_every_gate_option_by_name_and_documents_it():
+    """Its keywords are GateOptions' fields, in order, and its help lists each with its doc;
+    gate() takes the same, and an option neither knows is a TypeError."""
+    parameters = inspect.signature(requires_approval).parameters
+    assert list(parameters) == ["fn", *OPTIONS]
+    doc = requires_approval.__doc__ or ""
+    for name, about in ABOUT.items():
+        assert f"    {name}: {about.doc.split()[0]}" in doc
+    assert gate_of(gate(look, remind_after=5)) == Gate(remind_after=5)
+    with pytest.raises(TypeError, match="reviewers"):
+        gate(look, reviewers=["U1"])
+
+
+@pytest.mark.parametrize(
+    ("recorded", "options"),
+    [
+        (
+            {"channel": None, "summary": "Delete {path}", "expires_in": None, "policy": {
+                "approvers": ["UALICE"], "approver_groups": None, "allow_self_approval": False,
+                "approvals_required": 1, "editable": None, "reason_required": False,
+                "on_reject": "stop", "webhook": None, "grantable": True},
+             "waits_forever": True, "remind_after": 60, "escalate_after": None,
+             "escalate_to": ["S0SRE"]},
+            GateOptions(summary="Delete {path}", expires_in=None, approvers=["UALICE"],
+                        on_reject="stop", remind_after=60, escalate_to=["S0SRE"]),
+        ),
+        (
+            {"channel": "C0OPS", "summary": None, "expires_in": 600.0, "policy": {
+                "approvers": None, "approver_groups": None, "allow_self_approval": False,
+                "approvals_required": 2, "editable": None, "reason_required": False,
+                "on_reject": "resume", "webhook": "https://hooks.example/a", "grantable": False},
+             "waits_forever": False, "remind_after": None, "escalate_after": None,
+             "escalate_to": None},
+            GateOptions(channel="C0OPS", expires_in=600, approvals_required=2,
+                        webhook="https://hooks.example/a", grantable=False),
+        ),
+        (
+            {"channel": None, "summary": None, "expires_in": None, "policy": {},
+             "waits_forever": False},
+            GateOptions(),
+        ),
+    ],
+)  # fmt: skip
+def test_a_gate_recorded_by_the_previous_version_is_put_back_the_same(recorded, options):
+    """A pause stored before the upgrade (options read at a decision nested in ``policy``,
+    ``expires_in`` null with ``waits_forever`` telling never from the setting) gates as it did."""
+    gate = gate_from_dict(recorded)
+    assert gate.options == options
+    assert gate_from_dict(gate_to_dict(gate)) == gate
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        {"channel": None, "expires_in": None, "waits_forever": True},
+        {"policy": {"approvals_required": 0}, "waits_forever": False},
+        {"approvers": "UALICE"},
+        {"expires_in": "never"},
+    ],
+)
+def test_a_recorded_gate_that_is_no_gate_is_corrupt(recorded):
+    """A gate read back from Redis with a missing policy or a wrong value is CorruptRecord."""
+    with pytest.raises(CorruptRecord):
+        gate_from_dict(recorded)
 
 
 def test_gate_of_a_plain_function_is_none():

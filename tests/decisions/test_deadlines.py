@@ -11,7 +11,7 @@ from approvals import store
 from approvals.config import Settings
 from approvals.decisions import deadlines
 from approvals.decisions.review import decide
-from approvals.models import DecisionKind, Status
+from approvals.models import DecisionKind, GateOptions, Status
 from approvals.store import queue
 from tests.factories import make_approval
 
@@ -72,7 +72,9 @@ def test_reminders_and_escalation_are_scheduled_with_the_expiry(env, conn):
     warning, each of the kind its job carries out; 0 schedules none."""
     settings = Settings.from_env()
     approval = make_approval(created_at=1000.0, expires_at=2000.0)
-    deadlines.plan(approval, settings, 300.0, 600.0, ("C0ESCALATE",))
+    asked = GateOptions(expires_in=1000, remind_after=300.0, escalate_after=600.0,
+                        escalate_to=["C0ESCALATE"])  # fmt: skip
+    assert deadlines.plan(approval, settings, asked) == 1000
     deadlines.schedule(conn, settings, approval)
     scores = dict(conn.zrange(store.keys.DEADLINES_KEY, 0, -1, withscores=True))
     assert scores == {
@@ -85,7 +87,8 @@ def test_reminders_and_escalation_are_scheduled_with_the_expiry(env, conn):
     assert {kind.job for kind in kinds} == {queue.EXPIRE, queue.WARN, queue.REMIND, queue.ESCALATE}
 
     quiet = make_approval(id="0000aaaa0000bbbb", created_at=1000.0, expires_at=0.0)
-    deadlines.plan(quiet, settings, 0.0, 0.0, ())
+    off = GateOptions(expires_in=None, remind_after=0.0, escalate_after=0.0, escalate_to=[])
+    assert deadlines.plan(quiet, settings, off) is None
     deadlines.schedule(conn, settings, quiet)
     assert conn.zscore(store.keys.DEADLINES_KEY, f"expire:{quiet.id}") is None
     assert not [k for k in conn.zrange(store.keys.DEADLINES_KEY, 0, -1) if quiet.id.encode() in k]

@@ -17,7 +17,7 @@ from approvals.cli.main import cli
 from approvals.config import Settings
 from approvals.decisions import policy, recovery
 from approvals.errors import ConfigError
-from approvals.models import DecidedBy, DecisionKind, Status
+from approvals.models import DecidedBy, DecisionKind, GateOptions, Status
 from approvals.store.pending import Page
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path, deploy, list_files
@@ -124,6 +124,39 @@ def test_a_malformed_policy_file_stops_start_up(tmp_path: Path, text: str, messa
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         policy.load(str(path))
+
+
+@pytest.mark.parametrize(
+    ("require", "message"),
+    [
+        ("remind_after = 60", "takes only"),
+        ("webhook = 'https://x'", "takes only"),
+        ("approvals_required = 0", "approvals_required must be at least 1"),
+        ("approvals_required = true", "approvals_required must be a whole number"),
+        ("expires_in = -1", "expires_in must be more than 0"),
+        ("channel = ''", "channel"),
+        ("approvers = 'UALICE'", "approvers must be a list of names"),
+        ("approver_groups = [1]", "approver_groups"),
+    ],
+)
+def test_a_require_table_takes_the_options_rules_may_set_checked_as_a_gate_checks_them(
+    tmp_path: Path, require: str, message: str
+):
+    """[rule.require] takes only the gate options a rule may set, each refused (naming it)
+    where the gate would refuse it: the file does not load."""
+    path = tmp_path / "policy.toml"
+    path.write_text(f'[[rule]]\nid = "r"\naction = "require"\n[rule.require]\n{require}\n')
+    with pytest.raises(ConfigError, match=message):
+        policy.load(str(path))
+
+
+def test_a_requirement_replaces_only_the_options_it_names():
+    """What a rule leaves out stays the asker's; what it names, even a default, replaces it."""
+    asked = GateOptions(approvers=["UCAROL"], approvals_required=3, reason_required=True)
+    required = policy.Requirement(approvals_required=1, channel="C0PROD")
+    assert required.apply(asked) == GateOptions(
+        approvers=["UCAROL"], approvals_required=1, reason_required=True, channel="C0PROD"
+    )
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,8 +15,10 @@ from approvals.models import (
     DECIDED,
     FINISHED,
     TRANSITIONS,
+    UNSET,
     Approval,
     DecisionKind,
+    GateOptions,
     OnReject,
     Policy,
     RunResult,
@@ -24,9 +27,12 @@ from approvals.models import (
     ToolRef,
     approval_from_parts,
     decision_to_dict,
+    options_from_dict,
+    options_to_dict,
     result_to_dict,
     sources_of,
 )
+from approvals.models.options import CARRIED, OPTIONS
 from tests.factories import CREATED_AT, DELETE_REF, LIST_REF, make_approval, make_decision
 
 # --- the state machine ---------------------------------------------------------------------
@@ -528,3 +534,159 @@ def test_the_stored_record_leaves_out_what_holds_nothing_and_reads_back_the_same
         assert len(approval.stored_record()) < len(json.dumps(approval.record()))
         assert _load(stored) == approval
         assert _load(json.loads(json.dumps(approval.record()))) == approval  # older records
+
+
+# --- a gate's options ----------------------------------------------------------------------
+
+#: A record as the previous version stored it in Redis (``stored_record``): the policy nested
+#: without its defaults, the reminder and escalation times beside it, and the gate of a tool
+#: gated from outside its code in that version's form (options read at a decision nested in
+#: ``policy``, ``waits_forever`` beside ``expires_in``).
+PREVIOUS_RECORD = (
+    '{"id":"a1b2c3d4e5f60718","agent":"cleanup-bot","model_id":"scripted","tool_name":'
+    '"delete_path","tool_call_id":"tc_1","arguments":{"path":"build/app.o"},"tools":[{"name":'
+    '"delete_path","path":"vendor:delete_path","schema":{"type":"object"},"gate":{"channel":'
+    'null,"summary":"Delete {path}","expires_in":null,"policy":{"approvers":["UALICE"],'
+    '"approver_groups":null,"allow_self_approval":false,"approvals_required":1,"editable":'
+    'null,"reason_required":false,"on_reject":"stop","webhook":null,"grantable":true},'
+    '"waits_forever":true,"remind_after":60,"escalate_after":null,"escalate_to":["S0SRE"]}}],'
+    '"channel":"C0CARDS","summary":"Delete build/app.o","siblings":[],"chain_limit":25,'
+    '"created_at":1700000000.0,"expires_at":0.0,"policy":{"approvers":["UALICE"],'
+    '"approvals_required":2,"editable":[],"reason_required":true,"on_reject":"stop","webhook":'
+    '"https://hooks.example/a","grantable":false},"remind_after":60.0,"escalate_after":300.0,'
+    '"escalate_to":["S0SRE"]}'
+)
+
+
+def test_a_record_stored_by_the_previous_version_loads_with_its_options():
+    """An approval waiting in Redis across the upgrade keeps who may decide and how, its
+    reminder and escalation times, and the gate its tool is put back with."""
+    from approvals.calls.gate import gate_from_dict
+
+    approval = _load(json.loads(PREVIOUS_RECORD))
+    assert approval.policy == GateOptions(
+        approvers=["UALICE"],
+        approvals_required=2,
+        editable=[],
+        reason_required=True,
+        on_reject="stop",
+        webhook="https://hooks.example/a",
+        grantable=False,
+    )
+    assert (approval.remind_after, approval.escalate_after) == (60.0, 300.0)
+    assert approval.escalate_to == ("S0SRE",)
+    gate = approval.tool.gate
+    assert gate is not None
+    assert gate_from_dict(gate).options == GateOptions(
+        summary="Delete {path}",
+        expires_in=None,
+        approvers=["UALICE"],
+        on_reject="stop",
+        remind_after=60,
+        escalate_to=["S0SRE"],
+    )
+    assert _load(json.loads(approval.stored_record())) == approval
+
+
+def _every_option_set() -> GateOptions:
+    """Options none of which holds its default."""
+    return GateOptions(
+        channel="C0OPS",
+        summary="Delete {path}",
+        editable=["path"],
+        reason_required=True,
+        on_reject="stop",
+        expires_in=600,
+        approvers=["UALICE"],
+        approver_groups=[],
+        allow_self_approval=True,
+        approvals_required=2,
+        webhook="https://hooks.example/a",
+        grantable=False,
+        remind_after=0,
+        escalate_after=1.5,
+        escalate_to=["C0ESC", "S0SRE"],
+    )
+
+
+def test_every_option_survives_its_json_form_and_defaults_are_left_out_only_when_asked():
+    """options_to_dict writes every option (None kept apart from an empty list), JSON keeps
+    it, and options_from_dict reads back the same options; sparse leaves the defaults out."""
+    options = _every_option_set()
+    assert set(OPTIONS) == {f.name for f in attrs.fields(GateOptions)}
+    data = json.loads(json.dumps(options_to_dict(options)))
+    assert set(data) == set(OPTIONS) and data["approver_groups"] == []
+    assert options_from_dict(data) == options
+    assert options_to_dict(GateOptions(), sparse=True) == {}
+    assert options_from_dict({}) == GateOptions()
+
+
+def test_expires_in_tells_the_setting_from_never():
+    """Left out, the setting applies; None (JSON null) waits indefinitely; both survive."""
+    assert "expires_in" not in options_to_dict(GateOptions())
+    assert options_from_dict({}).expires_in is UNSET
+    forever = options_to_dict(GateOptions(expires_in=None))
+    assert forever["expires_in"] is None
+    assert options_from_dict(json.loads(json.dumps(forever))).expires_in is None
+
+
+def test_an_approval_carries_only_the_options_read_when_someone_decides():
+    """Options spent at the pause (channel, summary, expiry, reminders, escalation) are the
+    approval's own fields: its policy holds the others, and its record stores those."""
+    carried = _every_option_set().policy
+    spent = {"channel", "summary", "expires_in", "remind_after", "escalate_after", "escalate_to"}
+    kept = {name for name in OPTIONS if getattr(carried, name) != getattr(GateOptions(), name)}
+    assert kept == set(OPTIONS) - spent == set(CARRIED)
+    record = make_approval(policy=carried).record()
+    assert set(record["policy"]) == set(CARRIED)
+    assert _load(json.loads(json.dumps(record))).policy == carried
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"approvals_required": 0}, ValueError, "approvals_required"),
+        ({"approvals_required": True}, TypeError, "approvals_required"),
+        ({"approvals_required": 1.5}, TypeError, "approvals_required"),
+        ({"expires_in": 0}, ValueError, "expires_in"),
+        ({"expires_in": "60"}, TypeError, "expires_in"),
+        ({"expires_in": float("inf")}, TypeError, "expires_in"),
+        ({"remind_after": -1}, ValueError, "remind_after"),
+        ({"escalate_after": float("nan")}, TypeError, "escalate_after"),
+        ({"channel": ""}, ValueError, "channel"),
+        ({"channel": 7}, TypeError, "channel"),
+        ({"escalate_to": "S0SRE"}, TypeError, "escalate_to"),
+        ({"approvers": [1]}, TypeError, "approvers"),
+        ({"on_reject": "later"}, ValueError, "later"),
+        ({"grantable": "yes"}, TypeError, "grantable"),
+        ({"webhook": b"https://x"}, TypeError, "webhook"),
+        ({"reviewers": ["U1"]}, TypeError, "reviewers"),
+    ],
+)
+def test_gate_options_refuse_what_no_option_takes(options, error, message):
+    """A wrong type is a TypeError, a value out of bounds a ValueError, each naming the option."""
+    with pytest.raises(error, match=message):
+        GateOptions(**options)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"approvals_required": "2"},
+        {"approvals_required": 0},
+        {"approvers": {"UALICE": True}},
+        {"approvers": "UALICE"},
+        {"escalate_to": [None]},
+        {"expires_in": 1e999},
+        {"expires_in": 10**400},
+        {"remind_after": -5},
+        {"on_reject": 1},
+        {"grantable": 0},
+        ["channel"],
+        "options",
+    ],
+)
+def test_recorded_options_that_are_no_options_are_corrupt(data):
+    """Redis is a trust boundary: anything but options of the right types is CorruptRecord."""
+    with pytest.raises(CorruptRecord):
+        options_from_dict(data)
