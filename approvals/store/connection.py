@@ -40,6 +40,12 @@ def close_shared_connections() -> None:
 #: program whose many threads pause at once would lose pauses instead of opening more.
 MAX_CONNECTIONS = 2000
 
+#: How long a command may wait for Redis's answer. Above the longest blocking read made here
+#: (``outcomes.wait`` blocks in slices of seconds; redis-py's own default would cut those short
+#: with a ``TimeoutError``), and finite, so a primary lost without a reset fails the command
+#: instead of hanging it.
+SOCKET_TIMEOUT = 30.0
+
 
 def connect(settings: Settings) -> redis.Redis:
     """A client for ``REDIS_URL`` (``redis://``, ``rediss://`` and ACL users in the URL work).
@@ -51,6 +57,7 @@ def connect(settings: Settings) -> redis.Redis:
         health_check_interval=30,
         driver_info=_DRIVER_INFO,
         max_connections=MAX_CONNECTIONS,
+        socket_timeout=SOCKET_TIMEOUT,
     )
 
 

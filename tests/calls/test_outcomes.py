@@ -115,6 +115,14 @@ def test_a_timeout_returns_the_current_state_fast(env, conn):
     assert outcome.run_id == paused.run_id and outcome.calls[0].decision is None
 
 
+def test_a_wait_longer_than_redis_pys_read_timeout_is_not_an_error(env, conn):
+    """redis-py stops reading a socket after 5 s by default; a quiet run's wait blocks longer
+    than that in one read, and must still come back with the state, not a TimeoutError."""
+    paused = _pause()
+    outcome = wait(paused.pause_id, timeout=7)
+    assert outcome.status == "paused" and outcome.pause_id == paused.pause_id
+
+
 def _last_line(code: str) -> str:
     """Run ``code`` in a new Python process, which then exits; the last line it printed."""
     done = subprocess.run(

@@ -223,7 +223,7 @@ def test_a_real_worker_writes_json_lines_tagged_inside_bind_approval(env, conn, 
 def test_worker_jobs_tag_their_lines_with_the_approval_id(env, conn, tmp_path):
     """The resume job's own warning (nothing to resume) carries the approval's id."""
     lines = _worker_lines(env, conn, tmp_path, queue.RESUME, "not-waiting")
-    (warning,) = [x for x in lines if x["logger"] == "approvals.worker.jobs"]
+    (warning,) = [x for x in lines if x["logger"] == "approvals.calls.resume"]
     assert "not waiting to resume" in warning["message"]
     assert warning["approval_id"] == "not-waiting"
 
