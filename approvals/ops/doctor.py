@@ -91,9 +91,8 @@ def run_checks(settings: Settings) -> list[Check]:
 
 
 def _redis_checks(settings: Settings) -> list[Check]:
-    # Not store.connection.connect(): a doctor must answer even when Redis is a black hole,
-    # so it times out.
-    conn = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=5)
+    # Short timeouts: a doctor must answer even when Redis is a black hole.
+    conn = store.connection.connect(settings, timeout=5, connect_timeout=5)
     try:
         first = check_redis(conn, settings)
         later: list[tuple[str, Callable[[], Check]]] = [
@@ -118,7 +117,7 @@ def start_problem(settings: Settings) -> str | None:
     """Why a service cannot start, in the words of the ``redis``, ``slack`` and ``socket``
     checks: Redis does not answer or refuses, or Slack does not answer or refuses a token;
     None when both answer. ``approvals bot`` asks before it serves."""
-    conn = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=5)
+    conn = store.connection.connect(settings, timeout=5, connect_timeout=5)
     try:
         conn.ping()  # not INFO, as the check does: an ACL user without @dangerous may not
     except redis.RedisError as exc:
@@ -157,8 +156,8 @@ def _guarded(name: str, check: Callable[[], Check]) -> Check:
 
 
 def check_redis(conn: redis.Redis, settings: Settings) -> Check:
-    """Redis answers at ``REDIS_URL`` and is at least version 5."""
-    where = safe_url(settings.redis_url)
+    """Redis answers at ``REDIS_URL`` (or where the Sentinels say) and is at least version 5."""
+    where = store.connection.describe(settings)
     try:
         info = conn.info("server")
     except redis.RedisError as exc:
@@ -176,7 +175,7 @@ def check_redis(conn: redis.Redis, settings: Settings) -> Check:
 def redis_problem(settings: Settings, exc: redis.RedisError) -> str:
     """What failed, where and what to do, in one line, for a Redis that refused or did not
     answer: this check's message, and what every command says instead of a traceback."""
-    where = safe_url(settings.redis_url)
+    where = store.connection.describe(settings)
     if isinstance(exc, redis.AuthenticationError):
         return (
             f"Redis at {where} refused the credentials ({exc}): check the user and password "
