@@ -76,7 +76,7 @@ NUMBERS: dict[str, Bounds] = {
     "APPROVALS_REMIND_AFTER": Bounds(0, _YEAR, whole=False),
     "APPROVALS_ESCALATE_AFTER": Bounds(0, _YEAR, whole=False),
     "APPROVALS_MIN_REPLICAS": Bounds(0, 100, unit="replicas"),
-    "APPROVALS_MIN_REPLICAS_TIMEOUT": Bounds(0.01, 60, whole=False),
+    "APPROVALS_MIN_REPLICAS_TIMEOUT": Bounds(0.01, 10, whole=False),
 }
 
 #: The schemes each URL setting accepts (a SQLAlchemy URL may name a driver: ``sqlite+...``).

@@ -196,7 +196,7 @@ NUMERIC: dict[str, tuple[str, list[str], dict[str, float]]] = {
     "APPROVALS_MIN_REPLICAS": ("min_replicas", ["-1", "101", "1.5"], {"0": 0, "2": 2}),
     "APPROVALS_MIN_REPLICAS_TIMEOUT": (
         "min_replicas_timeout",
-        ["0", "61"],
+        ["0", "11"],
         {"0.25": 0.25, "5": 5.0},
     ),
 }

@@ -8,7 +8,7 @@ trail and its outbox entries, ``runs`` a run's pauses, events and outcome, ``cal
 API's callers hold (tokens, idempotency keys, rates, the answers they wait on), ``grants``,
 ``leases`` (a live resume), ``deadlines``, ``retention``, ``pending`` (the lists people see),
 ``metrics``, ``caches``, ``outbox`` (webhook receivers' state) and ``queue`` (the worker's
-jobs, on RQ). ``connection`` makes the clients.
+jobs, on RQ). ``connection`` makes the clients; ``replication`` asks replicas to confirm.
 """
 
 from approvals.store import (
@@ -26,6 +26,7 @@ from approvals.store import (
     pending,
     queue,
     records,
+    replication,
     retention,
     runs,
     transitions,
@@ -47,6 +48,7 @@ __all__ = [
     "pending",
     "queue",
     "records",
+    "replication",
     "retention",
     "runs",
     "transitions",

@@ -68,6 +68,7 @@ approvals:usergroup:<group>           string  caches       cached members of a S
 approvals:channel-members:<channel>   string  caches       cached members of an escalation channel (JSON list, TTL)
 approvals:seen:<signature>            string  caches       a Slack request signature already accepted (TTL)
 approvals:receipt:<jti>               string  caches       a receipt already presented (TTL)
+approvals:replicated                  string  replication  written just before a WAIT, so the WAIT covers every earlier write
 """
 
 
@@ -95,6 +96,7 @@ ENDED_KEY = PREFIX + "ended"
 METRICS_KEY = PREFIX + "metrics"
 RETENTION_LOCK_KEY = PREFIX + "lock:retention"
 EVENTS_KEY = PREFIX + "events"
+REPLICATED_KEY = PREFIX + "replicated"
 EVENTS_TAKING_KEY = PREFIX + "events:taking"
 WEBHOOK_FAILING_KEY = PREFIX + "webhook-failing"
 GRANTS_KEY = PREFIX + "grants"
