@@ -166,6 +166,23 @@ def sentinel_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
+def sentinel_clients(settings: Settings, timeout: float) -> list[tuple[str, redis.Redis]]:
+    """A client for each Sentinel, by its ``host:port`` (for ``approvals doctor``)."""
+    options = {**sentinel_options(settings), "socket_timeout": timeout}
+    options["socket_connect_timeout"] = timeout
+    return [
+        (f"{host}:{port}", redis.Redis(host=host, port=port, decode_responses=True, **options))
+        for host, port in settings.redis_sentinels
+    ]
+
+
+def node_client(settings: Settings, host: str, port: int, timeout: float) -> redis.Redis:
+    """A client for one Redis node (a replica, say) with ``REDIS_URL``'s database, user,
+    password and TLS (for ``approvals doctor``)."""
+    options = {**primary_options(settings), "socket_timeout": timeout}
+    return redis.Redis(host=host, port=port, socket_connect_timeout=timeout, **options)
+
+
 def describe(settings: Settings) -> str:
     """Where the clients of ``connect`` go, fit to print (no password)."""
     if not settings.redis_sentinels:

@@ -13,6 +13,8 @@ from rq.scheduler import RQScheduler
 
 from approvals import store
 from approvals.config import Settings
+from approvals.ops import doctor
+from approvals.ops.doctor import Level
 from tests.processes import ROOT, redis_binary, wait_until
 from tests.sentinels import Topology, restart_node, start_topology
 
@@ -102,3 +104,39 @@ def _plain_env() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "APPROVALS_"))}
+
+
+def test_doctor_reports_the_primary_its_replicas_and_the_sentinels(topology):
+    """``approvals doctor`` through the Sentinels: where the primary is, each replica with its
+    lag and persistence, the Sentinels in agreement; a minimum of replicas that cannot be met
+    fails."""
+    settings = Settings.from_env({**topology.env(db=1), "APPROVALS_MIN_REPLICAS": "2"})
+    conn = store.connection.connect(settings, timeout=5, connect_timeout=5)
+    try:
+        redis_check = doctor.check_redis(conn, settings)
+        assert redis_check.level is Level.OK
+        assert "the primary of 'approvals' (Sentinels 127.0.0.1:" in redis_check.message
+        replication = doctor.check_replication(conn, settings)
+        assert replication.level is Level.OK, replication.message
+        assert replication.message.startswith("2 replica(s): 127.0.0.1:")
+        assert replication.message.count("online, lag") == 2
+        assert replication.message.count("AOF on") == 2
+        sentinels = doctor.check_sentinels(settings)
+        assert sentinels.level is Level.OK, sentinels.message
+        primary = f"127.0.0.1:{topology.primary_port()}"
+        assert sentinels.message == (
+            f"3 of 3 Sentinels agree: the primary of 'approvals' is {primary}"
+        )
+        assert doctor.check_persistence(conn).level is Level.OK
+
+        too_many = Settings.from_env({**topology.env(db=1), "APPROVALS_MIN_REPLICAS": "3"})
+        refused = doctor.check_replication(conn, too_many)
+        assert refused.level is Level.FAIL
+        assert "APPROVALS_MIN_REPLICAS is 3: with 2 in sync" in refused.message
+    finally:
+        conn.close()
+
+    nowhere = Settings.from_env(
+        {**topology.env(db=1), "REDIS_SENTINELS": "127.0.0.1:9,127.0.0.1:9"}
+    )
+    assert doctor.check_sentinels(nowhere).level is Level.FAIL
