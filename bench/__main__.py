@@ -20,11 +20,13 @@ from pathlib import Path
 
 from approvals.ops.archive import upgrade as archive_upgrade
 from bench import agent_side, api_wait, bot_http, docs, loop, retention, throughput
+from bench import failover as failovers
 from bench.harness import Bench
 from bench.report import (
     Figure,
     at_least,
     at_most,
+    at_most_over_floor,
     exactly,
     floor_ratio_at_least,
     table,
@@ -59,16 +61,18 @@ class Plan:
     still_waiting: int
     #: B10: API callers waiting at once.
     callers: int
+    #: B11: failovers, each on a topology of its own (seconds each: Sentinel's own pace).
+    failovers: int
 
     @classmethod
     def full(cls) -> Plan:
         return cls(
-            200, 6, 50, 2, 500, 100, 2, 200, 100_000, 100, 1000, 5, 40, 20.0, 100_000, 1000, 200
+            200, 6, 50, 2, 500, 100, 2, 200, 100_000, 100, 1000, 5, 40, 20.0, 100_000, 1000, 200, 5
         )
 
     @classmethod
     def quick(cls) -> Plan:
-        return cls(5, 1, 10, 1, 50, 5, 1, 10, 10_000, 3, 10, 1, 3, 1.0, 2_000, 100, 10)
+        return cls(5, 1, 10, 1, 50, 5, 1, 10, 10_000, 3, 10, 1, 3, 1.0, 2_000, 100, 10, 1)
 
 
 POLL_INTERVAL = 2.0
@@ -374,6 +378,32 @@ def api_waiters(bench: Bench, plan: Plan, out: list[Figure]) -> None:
         )
 
 
+def failover(bench: Bench, plan: Plan, out: list[Figure]) -> None:
+    """B11: a primary, two replicas and three Sentinels of its own; the primary SIGKILLed."""
+    env = {
+        "SLACK_BOT_TOKEN": "xoxb-bench",
+        "SLACK_API_URL": bench.standin.base_url,
+        "APPROVALS_CHANNEL": "C0BENCH",
+    }
+    runs = failovers.run_failover(bench.folder, plan.failovers, env)
+    out.append(
+        Figure(
+            "B11",
+            "primary SIGKILLed → first decision recorded on the new primary",
+            "ms",
+            runs.samples,
+            runs.floor,
+            "nothing lost, ≤ 2,000 ms over Sentinel's own promotion (the floor)",
+            at_most_over_floor(2000),
+            failures=runs.failures,
+            detail={
+                "approvals_written_before_each_kill": failovers.WRITTEN,
+                "down_after_milliseconds": failovers.DOWN_AFTER_MS,
+            },
+        )
+    )
+
+
 GROUPS: dict[str, Group] = {
     "default": default_worker,
     "fast": fast_worker,
@@ -382,6 +412,7 @@ GROUPS: dict[str, Group] = {
     "throughput": throughput_all,
     "retention": retention_sweep,
     "api": api_waiters,
+    "failover": failover,
 }
 ORDER = [
     "B1",
@@ -397,6 +428,7 @@ ORDER = [
     "B8",
     "B9",
     "B10",
+    "B11",
 ]
 
 

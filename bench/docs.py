@@ -54,6 +54,15 @@ EXPLAINED: dict[str, str] = {
         "caller's answer; every caller must be answered. The floor is Redis's own hand-off: an "
         "`XADD` on one connection until a blocked `XREAD` on another returns."
     ),
+    "B11": (
+        "A Redis primary, two replicas and three Sentinels of the bench's own (Sentinel's "
+        "`down-after-milliseconds` 1000), with approvals written and confirmed by a replica "
+        "before the primary is SIGKILLed. The figure is from the kill to the first decision "
+        "recorded (through the function the Slack buttons call, on a client given only the "
+        "Sentinels, retried as a person would); the floor is from the kill to the first "
+        "Sentinel naming the new primary: detection and promotion, which no client can beat. "
+        "Every approval written before the kill, and the decision, must be on the new primary."
+    ),
     "B3": (
         "Inside the agent's process: from the gate raising `llm.PauseChain` to `run_agent` "
         "returning, at three sizes of saved history; the floor is one Redis SET of the same "

@@ -114,6 +114,11 @@ def floor_ratio_at_least(value: float) -> Check:
     return lambda figure: figure.ratio >= value
 
 
+def at_most_over_floor(value: float) -> Check:
+    """The median at most ``value`` above the floor's median (a delay beside one it adds to)."""
+    return lambda figure: figure.median - figure.floor_median <= value
+
+
 def exactly(value: float) -> Check:
     return lambda figure: figure.median == value and figure.p99 == value
 
