@@ -39,6 +39,7 @@ from approvals.errors import (
     ConfigError,
     InvalidArguments,
     NotAllowed,
+    NotReplicated,
     PolicyError,
     UnknownApproval,
 )
@@ -146,6 +147,8 @@ def create_approval(body: ApprovalBody, token: Auth, request: Request) -> JSONAn
         raise HTTPException(503, f"the approval policy cannot be applied: {exc}") from None
     except ConfigError as exc:  # no channel in the body, and none set
         raise HTTPException(422, [problem(["body", "channel"], str(exc), "missing")]) from None
+    except NotReplicated as exc:  # nothing was recorded: the same request may be sent again
+        raise HTTPException(503, str(exc)) from None
     headers = {} if created else {"Idempotent-Replayed": "true"}
     return JSONAnswer(external.answer(approval), status_code=201, headers=headers)
 

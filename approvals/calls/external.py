@@ -24,7 +24,7 @@ from approvals import store
 from approvals.config import Settings
 from approvals.decisions import automatic, deadlines, policy
 from approvals.decisions.schemas import validate_arguments
-from approvals.errors import ConfigError, NotAllowed, UnknownApproval
+from approvals.errors import ConfigError, NotAllowed, NotReplicated, UnknownApproval
 from approvals.models import Approval, DecisionKind, GateOptions, RunResult, Status, ToolRef
 from approvals.models import result_to_dict as _result_to_dict
 from approvals.secrets import secret_names
@@ -166,12 +166,26 @@ def _new_approval(
 
 
 def _save(conn: redis.Redis, settings: Settings, approval: Approval, events: list[str]) -> None:
-    """The pending approval, its card job and its deadlines: all of them, or none."""
+    """The pending approval, its card job and its deadlines: all of them, or none. With
+    ``APPROVALS_MIN_REPLICAS``, the card job (and the webhooks' entries) follow only once
+    replicas confirm the approval; unconfirmed, it is withdrawn (as ``agent`` does)."""
+    held: list[str] | None = [] if settings.min_replicas > 0 else None
     pipe = store.records.create(
-        conn, approval, [], run_ttl=_run_ttl(settings, approval), events=events
+        conn, approval, [], run_ttl=_run_ttl(settings, approval), events=events, outbox=held
     )
-    queue.enqueue_card(conn, settings, approval.id, pipeline=pipe)
     deadlines.schedule(pipe, settings, approval)
+    if held is not None:
+        pipe.execute()
+        if not store.replication.replicated(conn, settings):
+            store.records.withdraw(conn, [approval])
+            raise NotReplicated(
+                f"the approval was not recorded: fewer than {settings.min_replicas} Redis "
+                "replica(s) confirmed it in time (APPROVALS_MIN_REPLICAS); try again"
+            )
+        pipe = conn.pipeline(transaction=True)
+        pipe.multi()
+        store.records.push_outbox(pipe, held)
+    queue.enqueue_card(conn, settings, approval.id, pipeline=pipe)
     pipe.execute()
 
 

@@ -225,7 +225,7 @@ def _confirm(
         return
     store.transitions.undo_decision(conn, approval, actor, target, due)
     log.warning(
-        "approval %s: %s's decision undone: replicas did not confirm it", approval.id, actor
+        "approval %s: %s's click undone: replicas did not confirm it", approval.id, actor
     )
     raise NotReplicated(
         f"not recorded: fewer than {settings.min_replicas} Redis replica(s) confirmed it "

@@ -14,6 +14,8 @@ import pytest
 import redis
 
 from approvals import store
+from approvals.calls import external
+from approvals.calls.external import ExternalRequest
 from approvals.config import Settings
 from approvals.errors import NotReplicated
 from approvals.models import Status
@@ -57,7 +59,7 @@ def replicated(env, tmp_path, monkeypatch):
     values = {
         "REDIS_URL": f"{url}/0",
         "APPROVALS_MIN_REPLICAS": "1",
-        "APPROVALS_MIN_REPLICAS_TIMEOUT": "0.3",
+        "APPROVALS_MIN_REPLICAS_TIMEOUT": "1",
     }
     for name, value in values.items():
         monkeypatch.setenv(name, value)
@@ -102,6 +104,9 @@ def test_with_the_replica_down_no_pause_is_reported_and_no_click_counts(
 
     with pytest.raises(NotReplicated, match="not recorded"):
         pause(arguments={"path": "second"})
+    asked = ExternalRequest("delete_path", {"path": "api"}, "api-agent")
+    with pytest.raises(NotReplicated, match="not recorded"):  # approvals api's pauses too
+        external.ask(primary, Settings.from_env(env), asked)
     assert primary.zcard(store.keys.PENDING_KEY) == 1
     assert [k for k in primary.scan_iter(match="approvals:approval:*")] == [
         store.keys.approval_key(first).encode()
