@@ -224,9 +224,7 @@ def _confirm(
     if store.replication.replicated(conn, settings):
         return
     store.transitions.undo_decision(conn, approval, actor, target, due)
-    log.warning(
-        "approval %s: %s's click undone: replicas did not confirm it", approval.id, actor
-    )
+    log.warning("approval %s: %s's click undone: replicas did not confirm it", approval.id, actor)
     raise NotReplicated(
         f"not recorded: fewer than {settings.min_replicas} Redis replica(s) confirmed it "
         "in time; try again"
