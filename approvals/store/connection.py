@@ -18,6 +18,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.commands.core import Script
 from redis.connection import SSLConnection, parse_url
@@ -127,6 +128,7 @@ def connect_async(
         redis_class=_AsyncSentinelPrimary,
         max_connections=max_connections,
         socket_timeout=socket_timeout,
+        retry=AsyncRetry(ExponentialBackoff(cap=0.5, base=0.05), retries=32),
         **primary_options(settings),
     )
     primary.sentinels = manager
