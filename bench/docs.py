@@ -55,8 +55,8 @@ EXPLAINED: dict[str, str] = {
         "`XADD` on one connection until a blocked `XREAD` on another returns."
     ),
     "B11": (
-        "A Redis primary, two replicas and three Sentinels of the bench's own (Sentinel's "
-        "`down-after-milliseconds` 1000), with approvals written and confirmed by a replica "
+        "A Redis primary, two replicas and three Sentinels of the bench's own (they count a "
+        "silent primary as down after a second), with approvals written and confirmed by a replica "
         "before the primary is SIGKILLed. The figure is from the kill to the first decision "
         "recorded (through the function the Slack buttons call, on a client given only the "
         "Sentinels, retried as a person would); the floor is from the kill to the first "
