@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
@@ -223,6 +223,19 @@ def report_result(
         # A rule's or a grant's decision has no card to show it on: the audit trail has it.
         queue.enqueue_publish(conn, settings, approval_id)
     return store.records.load(conn, approval_id)
+
+
+def as_caller_sees(conn: redis.Redis, approval: Approval) -> Approval:
+    """The approval as its caller may see it: a decision whose after-steps are still owed (its
+    receipt not yet signed, its audit entry not yet written) still reads as ``pending``.
+
+    A caller acts on what it reads: shown a decision before its receipt exists, it would call
+    the downstream service with none and be refused. The wait (``?wait=``) wakes only once the
+    after-steps are done, and a plain read agrees with it.
+    """
+    if approval.status is Status.PENDING or not store.owed.owing(conn, [approval.id]):
+        return approval
+    return replace(approval, status=Status.PENDING, decision=None, receipt=None)
 
 
 def answer(approval: Approval) -> dict[str, Any]:

@@ -220,16 +220,24 @@ def test_an_external_caller_is_woken_though_its_decider_could_not_wake_it(
     click(slack, bot, "approve", approval_id, "UALICE", card.ts)
     card_showing(slack, card.ts, "Approved")
     assert store.owed.owing(conn, [approval_id]) and waiter.is_alive()
+    assert _as_the_api_answers(conn, approval_id)["status"] == "pending"
 
     _long_ago(conn, approval_id)
 
     waiter.join(90)
     assert woken == [True]
+    answered = _as_the_api_answers(conn, approval_id)
+    assert answered["status"] == "approved" and answered["decision"]["actor"] == "UALICE"
     [approved] = _entries(conn, approval_id, "approved")
     assert approved["finished_by"] == review.LATE
     assert conn.xlen(store.keys.answer_key(approval_id)) == 1
     wait_until(lambda: _decided_deliveries(receiver), 30, "the decision's webhook")
     assert len(_decided_deliveries(receiver)) == 1
+
+
+def _as_the_api_answers(conn: redis.Redis, approval_id: str) -> dict[str, Any]:
+    """What ``GET /v1/approvals/{id}`` answers about the approval now."""
+    return external.answer(external.as_caller_sees(conn, store.records.load(conn, approval_id)))
 
 
 def _wait_answer(env: dict[str, str], approval_id: str, block: float) -> bool:
