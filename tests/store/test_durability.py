@@ -13,6 +13,7 @@ from tests.e2e import (
     approve_values,
     card_of,
     click,
+    dead_workers_claims_lapse,
     pending_command,
     reply_containing,
     wait_status,
@@ -112,7 +113,9 @@ def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
         reply_containing(slack, cards[expiring], "Final answer")
 
         # RQ's scheduler (Slack retries) died with the old Redis; the new worker's maintenance
-        # restarts it: a card refused once is retried and posted.
+        # restarts it once the dead one's lock (kept in the AOF) lapses, which time passing
+        # brings about: a card refused once is retried and posted.
+        dead_workers_claims_lapse(conn)
         slack.fail_next("chat.postMessage", count=1, error="fatal_error")
         retried = run_agent("scripted", prompt, tools=[tools.delete_path]).pause_id
         wait_until(lambda: _card_posted(slack, retried), 120, "the retried card")
