@@ -24,6 +24,7 @@ from tests.processes import (
     start_bot,
     start_redis,
     start_worker,
+    stop_all,
     wait_for_workers,
     wait_until,
 )
@@ -77,8 +78,7 @@ def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
         # Everything dies at once; Redis comes back from its append-only file.
         server.send_signal(signal.SIGKILL)
         server.wait(10)
-        for process in processes:
-            process.stop(signal.SIGKILL)
+        stop_all(processes, signal.SIGKILL)
         server, _ = start_redis(binary, data, AOF, port=int(port))
         conn = store.connection.connect(store_settings(url))
         assert store.pending.pending_count(conn) == 21
@@ -123,8 +123,7 @@ def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
         assert len(refused) == 1 and retried in str(refused[0]["args"])
         assert len([m for m in slack.messages() if retried in str(m.blocks)]) == 1
     finally:
-        for process in processes:
-            process.stop()
+        stop_all(processes)
         server.terminate()
         server.wait(10)
 
