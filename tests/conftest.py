@@ -25,6 +25,7 @@ from tests.processes import (
     start_bot,
     start_redis,
     start_worker,
+    stop_all,
     wait_for_workers,
 )
 from tests.processes import approvals_command as approvals_command
@@ -145,8 +146,7 @@ def services(
     finally:
         # Also when start-up failed; and a test may have replaced processes (restarts).
         processes = list(dict.fromkeys([bot, worker, running.bot, *running.workers]))
-        for process in processes:
-            process.stop()
+        stop_all(processes)
         failed = getattr(request.node, "rep_call", None)
         if failed is None or failed.failed:
             for process in processes:

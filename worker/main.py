@@ -41,6 +41,7 @@ from approvals.errors import ConfigError
 from approvals.ops import retention
 from approvals.ops.logs import configure_logging
 from approvals.proof import webhooks
+from approvals.secrets import load_detectors
 from approvals.store.queue import Job, get_queue
 from approvals.worker import jobs  # imported here, once: forked work-horses inherit it
 
@@ -150,6 +151,7 @@ def _warm(settings: Settings) -> None:
     which would copy their memory pages into every horse.
     """
     jobs.warm()
+    load_detectors()  # every card masks its arguments with them
     import_modules(settings.tool_modules)
     log.info("%d model ids resolved ahead of jobs", warm_models())
     try:  # the rules a resume's later calls are judged by, compiled once for every horse

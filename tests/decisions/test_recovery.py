@@ -43,7 +43,7 @@ from tests.e2e import (
     tool_runs,
     wait_status,
 )
-from tests.processes import bot_url, start_bot, start_worker, wait_for_workers, wait_until
+from tests.processes import bot_url, start_bot, start_worker, stop_all, wait_for_workers, wait_until
 from tests.proof.test_webhooks import SECRET, Receiver
 
 
@@ -70,8 +70,7 @@ def _stack(
         wait_for_workers(worker_vars, [worker], 1)
         yield url
     finally:
-        for process in (bot, worker):
-            process.stop()
+        stop_all([bot, worker])
 
 
 def _long_ago(conn: redis.Redis, approval_id: str) -> None:
