@@ -218,7 +218,8 @@ def _prepare(settings: Settings, tools: Sequence[Any], on_finish: str | None) ->
     load_plugins(settings)
     found = agent_tools(tools)
     refs = tool_refs(found)  # fail before the first model call, not at the pause
-    _check_workers_allow(settings, refs)  # first: its answer names the command that fixes it
+    # First: its answer names the command that fixes it.
+    _check_workers_allow(settings, refs, on_finish)
     if settings.tool_modules:
         for ref in refs:
             try:
@@ -228,10 +229,13 @@ def _prepare(settings: Settings, tools: Sequence[Any], on_finish: str | None) ->
     return found
 
 
-def _check_workers_allow(settings: Settings, refs: Sequence[ToolRef]) -> None:
-    """``GateError`` when no live worker on the queue would import one of the tools, with the
-    command that fixes it: better now than after a person clicked Approve, when the worker's
-    own check (which stays, as the security check) would fail the run for good.
+def _check_workers_allow(
+    settings: Settings, refs: Sequence[ToolRef], on_finish: str | None = None
+) -> None:
+    """``GateError`` when no live worker on the queue would import one of the tools (or
+    ``on_finish``), with the command that fixes it: better now than after a person clicked
+    Approve, when the worker's own check (which stays, as the security check) would fail the
+    run for good.
 
     The workers advertise what they allow (``approvals.store.workers``). When none has, an
     older worker or none running yet, nothing is refused here; nor when Redis cannot be read,
@@ -245,12 +249,15 @@ def _check_workers_allow(settings: Settings, refs: Sequence[ToolRef]) -> None:
         return
     if not lists:
         return
-    modules = dict.fromkeys(ref.path.partition(":")[0] for ref in refs)
-    refused = [m for m in modules if not any(module_allowed(m, a) for a in lists)]
+    needed: dict[str, list[str]] = {}
+    for name, path in [*((ref.name, ref.path) for ref in refs), ("on_finish", on_finish or "")]:
+        if path:
+            needed.setdefault(path.partition(":")[0], []).append(name)
+    refused = [m for m in needed if not any(module_allowed(m, a) for a in lists)]
     if not refused:
         return
     allowed = max(lists, key=len)
-    names = ", ".join(ref.name for ref in refs if ref.path.partition(":")[0] in refused)
+    names = ", ".join(dict.fromkeys(n for m in refused for n in needed[m]))
     if dev is not None:
         fix = f"restart approvals dev with it allowed:\n  {dev} --tools {' --tools '.join(refused)}"
     else:
@@ -261,7 +268,7 @@ def _check_workers_allow(settings: Settings, refs: Sequence[ToolRef]) -> None:
         )
     raise GateError(
         f"the approvals workers on this Redis import tools only from {', '.join(allowed)}, "
-        f"not from {', '.join(refused)} (tools {names}): a paused run could never resume. To "
+        f"not from {', '.join(refused)} ({names}): a paused run could never resume. To "
         f"fix it, {fix}"
     )
 

@@ -205,12 +205,13 @@ def _supervise(
         "sandbox_url": sandbox.url if sandbox else None,
         "requester": DEMO_REQUESTER if sandbox else None,
     }
+    settings = Settings.from_env(env)  # a bad setting stops us here, before any file is written
     info_file = data_dir / INFO_FILE
     _make_data_dir(data_dir)
     info_file.write_text(json.dumps(info, indent=2) + "\n")
     env_file = _write_env(data_dir, env, sandbox)
     _print_banner(env, env_file)
-    stop_announcing = _announce(Settings.from_env(env))
+    stop_announcing = _announce(settings)
     previous = _stop_on_signals(supervisor)
     try:
         supervisor.run()

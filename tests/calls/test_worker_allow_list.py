@@ -29,7 +29,7 @@ def test_tools_no_live_worker_allows_are_refused_before_the_first_model_call(env
         run_agent("scripted", PROMPT, tools=[agent_tools.delete_path])
     message = str(refused.value)
     assert "import tools only from shop.more, shop.tools, not from tests.agents.tools" in message
-    assert "tools delete_path" in message
+    assert "(delete_path)" in message
     fix = "APPROVALS_TOOL_MODULES=shop.more,shop.tools,tests.agents.tools approvals worker"
     assert message.endswith(f"restart them:\n  {fix}")
     assert model_calls(env) == []  # no model call, no card
@@ -59,3 +59,15 @@ def test_lapsed_adverts_and_other_queues_refuse_nothing(env, conn):
     store.workers.advertise(conn, "other-queue", ["shop.tools"], ttl=30)
     assert store.workers.allow_lists(conn, "approvals") == []
     assert pause()
+
+
+def test_an_on_finish_no_live_worker_could_call_is_refused_too(env, conn):
+    store.workers.advertise(conn, "approvals", ["tests.agents.tools"], ttl=30)
+    with pytest.raises(GateError, match=r"not from tests\.agents\.continuations \(on_finish\)"):
+        run_agent(
+            "scripted",
+            PROMPT,
+            tools=[agent_tools.delete_path],
+            on_finish="tests.agents.continuations:note_outcome",
+        )
+    assert model_calls(env) == []

@@ -114,7 +114,7 @@ def test_without_its_module_allowed_the_agent_is_told_the_command_before_any_car
     assert done.returncode == 1
     fix = f"  approvals dev --port 0 --data-dir {dev.data_dir} --tools {module}"
     assert done.stderr.rstrip().endswith(f"restart approvals dev with it allowed:\n{fix}")
-    assert f"not from {module} (tools list_files, delete_path)" in done.stderr
+    assert f"not from {module} (list_files, delete_path)" in done.stderr
     assert conn.zcard(store.keys.PENDING_KEY) == pending  # no card was posted
     assert (folder / "build" / "app.o").exists()
     conn.close()
