@@ -46,18 +46,26 @@ from approvals.calls.tools import (
     check_allowed,
     import_tools,
     llm_tools,
+    module_allowed,
     tool_named,
     tool_refs,
 )
 from approvals.config import Settings
 from approvals.decisions import automatic, deadlines, grants, ijson, policy
-from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
+from approvals.errors import (
+    ConfigError,
+    CorruptRecord,
+    GateError,
+    ResumeError,
+    ToolAlreadyStarted,
+)
 from approvals.models import (
     Approval,
     Decision,
     DecisionKind,
     GateOptions,
     SiblingResult,
+    ToolRef,
 )
 from approvals.models.grant import Call
 from approvals.models.outcome import Outcome
@@ -210,6 +218,8 @@ def _prepare(settings: Settings, tools: Sequence[Any], on_finish: str | None) ->
     load_plugins(settings)
     found = agent_tools(tools)
     refs = tool_refs(found)  # fail before the first model call, not at the pause
+    # First: its answer names the command that fixes it.
+    _check_workers_allow(settings, refs, on_finish)
     if settings.tool_modules:
         for ref in refs:
             try:
@@ -217,6 +227,50 @@ def _prepare(settings: Settings, tools: Sequence[Any], on_finish: str | None) ->
             except ResumeError as exc:
                 raise GateError(str(exc)) from None
     return found
+
+
+def _check_workers_allow(
+    settings: Settings, refs: Sequence[ToolRef], on_finish: str | None = None
+) -> None:
+    """``GateError`` when no live worker on the queue would import one of the tools (or
+    ``on_finish``), with the command that fixes it: better now than after a person clicked
+    Approve, when the worker's own check (which stays, as the security check) would fail the
+    run for good.
+
+    The workers advertise what they allow (``approvals.store.workers``). When none has, an
+    older worker or none running yet, nothing is refused here; nor when Redis cannot be read,
+    which the pause then reports.
+    """
+    try:
+        conn = store.connection.shared_connection(settings)
+        lists = store.workers.allow_lists(conn, settings.queue)
+        dev = store.workers.dev_command(conn) if lists else None
+    except (redis.RedisError, CorruptRecord):
+        return
+    if not lists:
+        return
+    needed: dict[str, list[str]] = {}
+    for name, path in [*((ref.name, ref.path) for ref in refs), ("on_finish", on_finish or "")]:
+        if path:
+            needed.setdefault(path.partition(":")[0], []).append(name)
+    refused = [m for m in needed if not any(module_allowed(m, a) for a in lists)]
+    if not refused:
+        return
+    allowed = max(lists, key=len)
+    names = ", ".join(dict.fromkeys(n for m in refused for n in needed[m]))
+    if dev is not None:
+        fix = f"restart approvals dev with it allowed:\n  {dev} --tools {' --tools '.join(refused)}"
+    else:
+        value = ",".join([*allowed, *refused])
+        fix = (
+            "add it to APPROVALS_TOOL_MODULES of every approvals worker and restart them:\n"
+            f"  APPROVALS_TOOL_MODULES={value} approvals worker"
+        )
+    raise GateError(
+        f"the approvals workers on this Redis import tools only from {', '.join(allowed)}, "
+        f"not from {', '.join(refused)} ({names}): a paused run could never resume. To "
+        f"fix it, {fix}"
+    )
 
 
 _Model = TypeVar("_Model", SyncModel, AsyncModel)

@@ -44,6 +44,10 @@ RUNNING_AFTER = 1.0
 #: sleeping out a rate limit), so that the result is what the card shows last.
 NOTICE_WAIT = 15.0
 
+#: How long a run's result waits for the reply recording its decision, posted by the decider
+#: (a slow Slack call); past it, the result is shown anyway, rather than never.
+DECISION_REPLY_WAIT = 10.0
+
 #: The flag (``store.records.claim``) that lets one attempt publish a run's result.
 PUBLISHED = "result_published"
 #: The flag set once the result is on the card and in its thread.
@@ -285,6 +289,39 @@ def _publish_now(
         queue.enqueue_publish(conn, settings, approval.id)
 
 
+def _turn_calls(conn: redis.Redis, approval: Approval) -> list[Approval]:
+    """The approval, and the other calls of its turn (they share its card and thread)."""
+    others = [store.records.load(conn, call_id) for call_id in approval.turn[1:]]
+    return [approval, *others]
+
+
+def _decision_replied_first(conn: redis.Redis, client: WebClient, approval: Approval) -> None:
+    """Make the thread say who decided before it says what the run did.
+
+    The decider posts that reply (``slack.announce_decision``) while a worker may already be
+    running the tool, and nothing orders two posts at Slack but their arrival. So the result
+    waits until the reply is posted; if nobody has begun to post it yet, this posts it (the
+    decider then finds it claimed, and only redraws the card). A claim whose reply does not
+    come within ``DECISION_REPLY_WAIT`` (its decider died) no longer holds the result back.
+    """
+    if approval.decision is None or approval.card_ts is None:
+        return
+    deadline = time.monotonic() + DECISION_REPLY_WAIT
+    while True:
+        owed, claimed, replied = store.owed.reply_state(conn, approval)
+        if replied or not (owed or claimed):
+            return  # posted, or no reply to wait for (nobody shows this decision)
+        if not claimed:
+            slack.announce_decision(client, conn, approval)
+            continue
+        if time.monotonic() >= deadline:
+            log.warning(
+                "approval %s: its decision's reply did not come; showing the result", approval.id
+            )
+            return
+        time.sleep(0.05)
+
+
 def _show_running(client: WebClient, approval: Approval) -> None:
     approval.status = Status.RUNNING
     try:
@@ -341,6 +378,8 @@ def publish(
     if not claimed and not store.records.claim(conn, approval.id, PUBLISHED):
         return
     try:
+        for call in _turn_calls(conn, approval):
+            _decision_replied_first(conn, client, call)
         slack.announce_result(client, approval)
     except Exception:
         store.records.release(conn, approval.id, PUBLISHED)  # let RQ's retry try again

@@ -145,6 +145,7 @@ def announce_decision(client: WebClient, conn: redis.Redis, approval: Approval) 
     except Exception:
         store.records.release(conn, approval.id, shown)
         raise
+    store.owed.mark_replied(conn, approval)  # a run's result may follow it in the thread
     store.owed.forget_unshown(conn, approval.id)  # recovery need not show it
 
 

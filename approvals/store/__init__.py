@@ -7,8 +7,9 @@ decision leaves to carry out, ``turns`` the calls that share a card, ``audit`` t
 trail and its outbox entries, ``runs`` a run's pauses, events and outcome, ``callers`` what the
 API's callers hold (tokens, idempotency keys, rates, the answers they wait on), ``grants``,
 ``leases`` (a live resume), ``deadlines``, ``retention``, ``pending`` (the lists people see),
-``metrics``, ``caches``, ``outbox`` (webhook receivers' state) and ``queue`` (the worker's
-jobs, on RQ). ``connection`` makes the clients.
+``metrics``, ``caches``, ``outbox`` (webhook receivers' state), ``workers`` (what the live
+workers import tools from) and ``queue`` (the worker's jobs, on RQ). ``connection`` makes the
+clients.
 """
 
 from approvals.store import (
@@ -30,6 +31,7 @@ from approvals.store import (
     runs,
     transitions,
     turns,
+    workers,
 )
 
 __all__ = [
@@ -51,4 +53,5 @@ __all__ = [
     "runs",
     "transitions",
     "turns",
+    "workers",
 ]

@@ -68,6 +68,8 @@ approvals:usergroup:<group>           string  caches       cached members of a S
 approvals:channel-members:<channel>   string  caches       cached members of an escalation channel (JSON list, TTL)
 approvals:seen:<signature>            string  caches       a Slack request signature already accepted (TTL)
 approvals:receipt:<jti>               string  caches       a receipt already presented (TTL)
+approvals:tool-modules:<queue>        zset    workers      what the queue's live workers import tools from (comma-joined), by when it lapses
+approvals:dev                         string  workers      how to restart the running `approvals dev` (JSON, TTL)
 """
 
 
@@ -99,6 +101,7 @@ EVENTS_TAKING_KEY = PREFIX + "events:taking"
 WEBHOOK_FAILING_KEY = PREFIX + "webhook-failing"
 GRANTS_KEY = PREFIX + "grants"
 TOKENS_KEY = PREFIX + "tokens"
+DEV_KEY = PREFIX + "dev"
 
 
 def approval_key(approval_id: str) -> str:
@@ -169,6 +172,10 @@ def seen_key(signature: str) -> str:
 
 def receipt_key(jti: str) -> str:
     return f"{PREFIX}receipt:{jti}"
+
+
+def tool_modules_key(queue: str) -> str:
+    return f"{PREFIX}tool-modules:{queue}"
 
 
 def table() -> str:
