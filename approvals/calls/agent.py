@@ -462,9 +462,7 @@ def _decision_hooks(
     return before_call, after_call
 
 
-def _preview_of(
-    tool: llm.Tool | None, arguments: dict[str, Any], timeout: float
-) -> Preview | None:
+def _preview_of(tool: llm.Tool | None, arguments: dict[str, Any], timeout: float) -> Preview | None:
     """The tool's gate's preview of a call with ``arguments`` (None: it has none)."""
     gate = gate_of(tool.implementation) if tool is not None else None
     if gate is None or gate.options.preview is None:
