@@ -128,7 +128,9 @@ def create(
     if preview is not None and approval.preview_cut:
         pipe.set(preview_key(approval.id), preview.text)
     pipe.zadd(PENDING_KEY, {approval.id: approval.created_at})
-    first = audit_entry("paused", approval.agent, tool=approval.tool_name)
+    first = audit_entry(
+        "paused", approval.agent, tool=approval.tool_name, **preview_shown(approval)
+    )
     lines, outbox = new_trail(approval.id, [first, *events])
     pipe.rpush(audit_key(approval.id), *lines)
     if outbox:
@@ -216,6 +218,20 @@ def from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
         raise CorruptRecord(f"approval {approval_id} holds the record of {approval.id}")
     approval.receipt = text(raw.get(b"receipt")) or None
     return approval
+
+
+#: Characters of a preview's head an audit entry and a webhook body carry (its digest names
+#: the whole).
+SHOWN_HEAD = 500
+
+
+def preview_shown(approval: Approval) -> dict[str, str]:
+    """The preview people were shown, as audit entries and webhooks record it: its SHA-256
+    and its head (secrets masked); nothing without a preview."""
+    shown = approval.shown_preview
+    if shown is None or approval.preview_sha256 is None:
+        return {}
+    return {"preview_sha256": approval.preview_sha256, "preview_head": shown.text[:SHOWN_HEAD]}
 
 
 def load_preview(conn: redis.Redis, approval: Approval) -> Preview | None:

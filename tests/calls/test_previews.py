@@ -3,14 +3,17 @@ modal, bounded in time, computed again after an Edit, and named by the receipt."
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
 from typing import Any
 
-from approvals import store
+from approvals import previews, store
+from approvals.config import Settings
 from approvals.models import Status
 from approvals.models.preview import HEAD_CHARS, PreviewKind
+from approvals.proof import keys, receipts, webhooks
 from approvals.slack.previews import PREVIEW_PAGE_ACTION, VIEW_PREVIEW_ACTION
 from tests.agents import previewed
 from tests.conftest import CHANNEL, SIGNING_SECRET
@@ -18,12 +21,14 @@ from tests.e2e import (
     approve_on_card,
     block_text,
     card_of,
+    click,
     pause,
     reply_containing,
     submit_edit,
     tool_runs,
     wait_status,
 )
+from tests.processes import bot_url, start_bot, start_worker, wait_for_workers
 from tests.slack_requests import block_actions_payload, send_interaction
 
 
@@ -147,3 +152,39 @@ def test_an_edited_call_shows_the_preview_of_what_then_ran(env, services, slack,
     assert [p["arguments"]["content"] for p in previews] == ["hello world\n", "goodbye\n"]
     assert previews[0]["pid"] != previews[1]["pid"]  # the second in the worker
     assert target.read_text(encoding="utf-8") == "goodbye\n"
+
+
+def test_the_receipt_audit_and_webhook_name_the_preview_that_was_shown(
+    env, slack, conn, tmp_path: Path
+):
+    """The receipt the bot signs for an approval carries ``preview_sha256``: the SHA-256 of
+    the very diff the card showed (computed here again from the file). The audit trail's
+    ``paused`` entry and the webhook body record the same digest and the preview's head."""
+    key = str(tmp_path / "signing.pem")
+    keys.generate_key(key)
+    bot = start_bot(env, tmp_path / "bot.log", {"APPROVALS_SIGNING_KEY": key})
+    worker = start_worker(env, tmp_path / "worker.log", f"w-preview-{time.monotonic_ns()}")
+    try:
+        wait_for_workers(env, [worker], 1)
+        target = tmp_path / "limits.conf"
+        target.write_text("max = 1\n", encoding="utf-8")
+        pause_id = pause("write_file", {"path": str(target), "content": "max = 9\n"},
+                         tools=[previewed.write_file])  # fmt: skip
+        card = card_of(slack, pause_id)
+        click(slack, bot_url(bot), "approve", pause_id, "UALICE", card.ts)
+        approval = wait_status(conn, pause_id, Status.COMPLETED)
+    finally:
+        bot.stop()
+        worker.stop()
+    diff = previews.text_diff(str(target), "max = 1\n", "max = 9\n").text  # as it was
+    digest = hashlib.sha256(diff.encode()).hexdigest()
+    assert approval.receipt is not None
+    claims = receipts.read_receipt(approval.receipt, keys.jwks(Settings(signing_key=key)))
+    assert claims.preview_sha256 == digest == approval.preview_sha256
+    paused = json.loads(store.audit.audit_lines(conn, pause_id)[0])
+    assert paused["event"] == "paused" and paused["preview_sha256"] == digest
+    assert "+max = 9" in paused["preview_head"]
+    event = {"id": "msg_1", "approval_id": pause_id, "event": "approved", "at": "1700000000"}
+    body = webhooks.body_of(conn, event)
+    assert body["data"]["preview"]["sha256"] == digest
+    assert "+max = 9" in body["data"]["preview"]["head"]
