@@ -74,6 +74,7 @@ NUMBERS: dict[str, Bounds] = {
     "APPROVALS_API_RATE_LIMIT": Bounds(1, 1_000_000, unit="requests a minute"),
     "APPROVALS_REMIND_AFTER": Bounds(0, _YEAR, whole=False),
     "APPROVALS_ESCALATE_AFTER": Bounds(0, _YEAR, whole=False),
+    "APPROVALS_PREVIEW_TIMEOUT": Bounds(0.1, 600, whole=False),
 }
 
 #: The schemes each URL setting accepts (a SQLAlchemy URL may name a driver: ``sqlite+...``).
@@ -243,6 +244,9 @@ class Settings:
     escalate_to: tuple[str, ...] = ()
     #: "line": a call a grant let through gets one compact line in its channel; "none": silent.
     grant_notice: str = "line"
+    #: Seconds a tool's ``preview=`` function may take when its call pauses (the card then
+    #: says it timed out; the pause never waits longer).
+    preview_timeout: float = 5.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -295,6 +299,7 @@ class Settings:
             remind_after=_number(env, "APPROVALS_REMIND_AFTER", 3600.0),
             escalate_after=_number(env, "APPROVALS_ESCALATE_AFTER", 0.0),
             escalate_to=_escalate_to(env.get("APPROVALS_ESCALATE_TO")),
+            preview_timeout=_number(env, "APPROVALS_PREVIEW_TIMEOUT", 5.0),
         )
 
     def require(self, *names: str) -> None:

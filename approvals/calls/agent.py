@@ -40,6 +40,7 @@ from approvals.calls.plugins import (
     resolve_async_model,
     resolve_model,
 )
+from approvals.calls.previews import compute_preview
 from approvals.calls.tools import (
     AgentTool,
     agent_tools,
@@ -69,6 +70,7 @@ from approvals.models import (
 )
 from approvals.models.grant import Call
 from approvals.models.outcome import Outcome
+from approvals.models.preview import Preview
 from approvals.proof import receipts
 from approvals.secrets import secret_names
 from approvals.slack.limits import SIBLING_PREVIEW
@@ -342,6 +344,9 @@ class Resumed:
     #: For every call the resume carried out (the turn's, or the one): approval id → (what
     #: its tool ran with, None when it did not run; what it returned or was answered).
     calls: dict[str, tuple[dict[str, Any] | None, str | None]] = field(default_factory=dict)
+    #: The gate's preview computed again for the edited arguments, just before the tool ran
+    #: (None: not edited, or the gate has no preview).
+    preview: Preview | None = None
 
 
 def resume(
@@ -369,7 +374,9 @@ def resume(
     tools = import_tools(approval.tools, settings.tool_modules)
     ran: dict[str, dict[str, Any]] = {}
     turn = _decided_turn(approval)
-    before_call, after_call = _decision_hooks(conn, turn, on_tool_start, ran)
+    before_call, after_call = _decision_hooks(
+        conn, turn, on_tool_start, ran, settings.preview_timeout
+    )
     context = _RunContext(
         conn=conn,
         settings=settings,
@@ -421,7 +428,8 @@ def resume(
         arguments = mine.get("arguments") if call.decision.kind.runs_tool else None
         calls[call.id] = (arguments, mine.get("output"))
     lead_arguments, lead_output = calls[approval.id]
-    return Resumed(outcome, lead_arguments, lead_output, calls)
+    preview = ran.get(approval.id, {}).get("preview")
+    return Resumed(outcome, lead_arguments, lead_output, calls, preview)
 
 
 def _decided_turn(approval: Approval) -> list[Approval]:
@@ -450,13 +458,14 @@ def _decision_hooks(
     turn: Sequence[Approval],
     on_tool_start: Callable[[], None] | None,
     ran: dict[str, dict[str, Any]],
+    preview_timeout: float,
 ) -> tuple[
     Callable[[llm.Tool | None, llm.ToolCall], None],
     Callable[[llm.Tool, llm.ToolCall, llm.ToolResult], None],
 ]:
     """llm's ``before_call`` / ``after_call`` hooks that apply each decision to its call
     (one call, or every decided call of a turn); ``ran`` gets, per approval id, what its
-    tool ran with and returned.
+    tool ran with and returned, and for an edited call the preview of its edited arguments.
 
     Plain functions: llm's async chains accept them too, so both APIs share them.
     """
@@ -471,6 +480,12 @@ def _decision_hooks(
         refused = refusal_text(decision)
         if refused is not None:
             raise llm.CancelToolCall(refused)
+        if decision.kind is DecisionKind.EDIT and decision.arguments is not None:
+            # What the call will now do: people approved it with other arguments. Before the
+            # tool is marked started, so a worker dying here leaves it safe to run again.
+            preview = _preview_of(tool, decision.arguments, preview_timeout)
+            if preview is not None:
+                ran.setdefault(approval.id, {})["preview"] = preview
         if decision.kind.runs_tool and not store.records.mark_tool_started(conn, approval.id):
             raise ToolAlreadyStarted(f"{approval.tool_name} was already started for {approval.id}")
         if decision.kind.runs_tool and on_tool_start is not None and not started:
@@ -490,7 +505,7 @@ def _decision_hooks(
         if decision.kind.runs_tool:
             store.records.mark_tool_finished(conn, approval.id)
             receipts.hold(None)  # the receipt is for this call only, not what the chain does next
-        ran[approval.id] = {"arguments": dict(call.arguments), "output": result.output}
+        ran.setdefault(approval.id, {}).update(arguments=dict(call.arguments), output=result.output)
         if decision.kind is DecisionKind.EDIT:
             # The model is told the truth: it did not run what it proposed.
             note = edit_note(
@@ -499,6 +514,14 @@ def _decision_hooks(
             result.output = note + result.output
 
     return before_call, after_call
+
+
+def _preview_of(tool: llm.Tool | None, arguments: dict[str, Any], timeout: float) -> Preview | None:
+    """The tool's gate's preview of a call with ``arguments`` (None: it has none)."""
+    gate = gate_of(tool.implementation) if tool is not None else None
+    if gate is None or gate.options.preview is None:
+        return None
+    return compute_preview(gate.options.preview, dict(arguments), timeout)
 
 
 def refusal_text(decision: Decision) -> str | None:
@@ -653,7 +676,7 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
     settings = context.settings
     verdict = context.verdicts.pop(call.tool_call_id, None)
     asked = [(call, gate, verdict), *_waiting_in_turn(pause, base, context)]
-    made: list[tuple[Approval, GateOptions, list[str]]] = []
+    made: list[tuple[Approval, GateOptions, list[str], Preview | None]] = []
     for asked_call, asked_gate, asked_verdict in asked:
         options, rule_id = automatic.apply_requirement(asked_gate.options, asked_verdict)
         channel = _channel(options, context)
@@ -663,34 +686,44 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
             )
         approval = _new_approval(asked_call, pause.tool_results, context, options, channel)
         approval.rule_id = rule_id
+        preview = _preview(asked_gate, asked_call, settings)
+        approval.set_preview(preview)
         events = automatic.verdict_events(asked_verdict) if asked_verdict is not None else []
-        made.append((approval, options, events))
+        made.append((approval, options, events, preview))
     # One card for the turn: it goes where the lead's goes, and every call of it knows the
     # others (``Approval.turn``). Each call keeps the lead's reminder and escalation times; the
     # first call still waiting acts for the card (``reminders.acts_for_card``).
     lead, card = made[0][0], made[0][1]
-    longest = [deadlines.plan(approval, settings, options, card) for approval, options, _ in made]
+    longest = [deadlines.plan(approval, settings, options, card) for approval, options, *_ in made]
     if len(made) > 1:
-        turn = tuple(a.id for a, _, _ in made)
-        for approval, _, _ in made:
+        turn = tuple(a.id for a, *_ in made)
+        for approval, *_ in made:
             approval.turn = turn
             approval.channel = lead.channel
     # One transaction: the approvals exist with the card job and their deadlines, or not at
     # all. The run's stream outlives the longest wait for a decision by the outcome's TTL.
     pipe = None
     run_ttl = None if None in longest else int(max(w or 0 for w in longest)) + settings.result_ttl
-    for approval, _, events in made:
+    for approval, _, events, preview in made:
         # Only the lead is a pause of the run (and holds the history the resume starts from);
         # the outcome finds the others through it.
         pipe = store.records.create(
             context.conn, approval, history if approval is lead else [], run_ttl=run_ttl,
-            events=events, pipeline=pipe, in_run=approval is lead,
+            events=events, pipeline=pipe, in_run=approval is lead, preview=preview,
         )  # fmt: skip
         deadlines.schedule(pipe, settings, approval)
     assert pipe is not None
     queue.enqueue_card(context.conn, settings, lead.id, pipeline=pipe)
     pipe.execute()
     return lead.id
+
+
+def _preview(gate: Gate, call: llm.ToolCall, settings: Settings) -> Preview | None:
+    """What the gate's ``preview=`` says the call would do (None: the gate has none)."""
+    fn = gate.options.preview
+    if fn is None:
+        return None
+    return compute_preview(fn, dict(call.arguments), settings.preview_timeout)
 
 
 def _waiting_in_turn(

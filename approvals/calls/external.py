@@ -27,6 +27,7 @@ from approvals.decisions.schemas import validate_arguments
 from approvals.errors import ConfigError, NotAllowed, UnknownApproval
 from approvals.models import Approval, DecisionKind, GateOptions, RunResult, Status, ToolRef
 from approvals.models import result_to_dict as _result_to_dict
+from approvals.models.preview import Preview, PreviewKind, as_preview
 from approvals.secrets import secret_names
 from approvals.store import queue
 
@@ -99,6 +100,9 @@ def ask(conn: redis.Redis, settings: Settings, request: ExternalRequest) -> tupl
     options, rule_id = automatic.apply_requirement(request.options, verdict)
     approval = _new_approval(settings, request, schema, options, options.channel or channel)
     approval.rule_id = rule_id
+    # The caller's text is markdown, as it always was; a unified diff is shown as one.
+    preview = None if request.preview is None else as_preview(request.preview, PreviewKind.MARKDOWN)
+    approval.set_preview(preview)
     deadlines.plan(approval, settings, options)
     digest = _key_digest(request.idempotency_key)
     if digest is not None:
@@ -107,7 +111,7 @@ def ask(conn: redis.Redis, settings: Settings, request: ExternalRequest) -> tupl
         if first is not None:
             return store.records.load(conn, first), False
     try:
-        _decide_or_save(conn, settings, approval, verdict)
+        _decide_or_save(conn, settings, approval, verdict, preview)
     except BaseException:
         if digest is not None:  # let a retry of the same key create it
             store.callers.forget_idempotency(conn, request.agent, digest)
@@ -116,7 +120,11 @@ def ask(conn: redis.Redis, settings: Settings, request: ExternalRequest) -> tupl
 
 
 def _decide_or_save(
-    conn: redis.Redis, settings: Settings, approval: Approval, verdict: policy.Verdict | None
+    conn: redis.Redis,
+    settings: Settings,
+    approval: Approval,
+    verdict: policy.Verdict | None,
+    preview: Preview | None = None,
 ) -> None:
     if verdict is not None and automatic.decides(verdict):
         automatic.record_rule_decision(conn, approval, verdict)
@@ -127,7 +135,7 @@ def _decide_or_save(
             automatic.record_grant_decision(conn, settings, approval, grant, verdict)
             return
     events = automatic.verdict_events(verdict) if verdict is not None else []
-    _save(conn, settings, approval, events)
+    _save(conn, settings, approval, events, preview)
 
 
 def run_of(approval: Approval) -> str | None:
@@ -156,7 +164,6 @@ def _new_approval(
         tools=[ToolRef(name=request.tool, path="", schema=schema)],
         channel=channel,
         summary=options.summary,
-        preview=request.preview,
         requested_by=request.requested_by,
         policy=options.policy,
         secret_arguments=secret_names(names, settings.secret_names),
@@ -165,10 +172,16 @@ def _new_approval(
     )
 
 
-def _save(conn: redis.Redis, settings: Settings, approval: Approval, events: list[str]) -> None:
+def _save(
+    conn: redis.Redis,
+    settings: Settings,
+    approval: Approval,
+    events: list[str],
+    preview: Preview | None = None,
+) -> None:
     """The pending approval, its card job and its deadlines: all of them, or none."""
     pipe = store.records.create(
-        conn, approval, [], run_ttl=_run_ttl(settings, approval), events=events
+        conn, approval, [], run_ttl=_run_ttl(settings, approval), events=events, preview=preview
     )
     queue.enqueue_card(conn, settings, approval.id, pipeline=pipe)
     deadlines.schedule(pipe, settings, approval)

@@ -263,6 +263,7 @@ def _run(
         next_approval_id=outcome.pause_id if paused else None,
         executed_arguments=resumed.executed_arguments,
         tool_output=resumed.tool_output,
+        preview=None if resumed.preview is None else resumed.preview.shortened,
     ), resumed.calls
 
 

@@ -391,6 +391,7 @@ def _sign(
         requested_by=approval.requested_by,
         agent=approval.agent,
         ttl=settings.receipt_ttl,
+        preview_sha256=approval.preview_sha256,
     )
 
 

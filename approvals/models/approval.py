@@ -36,6 +36,7 @@ from approvals.models.options import (
     options_from_dict,
     options_to_dict,
 )
+from approvals.models.preview import Preview, PreviewKind
 from approvals.secrets import mask, mask_text
 
 
@@ -186,6 +187,9 @@ class RunResult:
     #: What actually ran for the gated call, and what it returned (None: it did not run).
     executed_arguments: dict[str, Any] | None = None
     tool_output: str | None = None
+    #: The head of the gate's preview for the edited arguments, computed just before the tool
+    #: ran (None: not edited, or no preview).
+    preview: Preview | None = None
 
 
 @dataclass
@@ -227,8 +231,14 @@ class Approval:
     llm_log: bool = False
     #: Asked through the HTTP API: the decision goes to the waiting caller, nothing resumes.
     external: bool = False
-    #: Markdown the caller wrote for the card (external approvals).
+    #: What the call would do, as its tool's ``preview=`` (or an API caller) says: the head
+    #: of it (``approvals.models.preview``; the whole is kept apart when longer).
     preview: str | None = None
+    #: How ``preview`` is shown (None: a caller's markdown, as older records hold it).
+    preview_kind: PreviewKind | None = None
+    #: The SHA-256 of the whole preview, and its length in characters.
+    preview_sha256: str | None = None
+    preview_length: int = 0
     #: The policy rule that required this review, or decided it automatically.
     rule_id: str | None = None
     #: Seconds between reminders to the approvers (0: none); at most ``MAX_REMINDERS``.
@@ -354,6 +364,27 @@ class Approval:
         return mask(self.arguments, self.secret_arguments)
 
     @property
+    def shown_preview(self) -> Preview | None:
+        """The preview's head as people may see it: what is masked in the arguments is masked
+        in it."""
+        if self.preview is None:
+            return None
+        text = mask_text(self.preview, self.arguments, self.shown_arguments)
+        return Preview(text, self.preview_kind or PreviewKind.MARKDOWN)
+
+    @property
+    def preview_cut(self) -> bool:
+        """Whether the record holds only the head of a longer preview."""
+        return self.preview is not None and self.preview_length > len(self.preview)
+
+    def set_preview(self, preview: Preview | None) -> None:
+        """Record ``preview`` (its head, kind, digest and length); None clears it."""
+        self.preview = None if preview is None else preview.head
+        self.preview_kind = None if preview is None else preview.kind
+        self.preview_sha256 = None if preview is None else preview.sha256
+        self.preview_length = 0 if preview is None else len(preview.text)
+
+    @property
     def shown_summary(self) -> str | None:
         """The summary as people may see it: the gate filled it in with the arguments, so
         what is masked in them is masked in it."""
@@ -402,6 +433,10 @@ def _optional_time(data: Any, name: str) -> float:
     return 0.0 if data.get(name) is None else _time(data, name)
 
 
+def _optional_enum(enum: type[StrEnum], raw: Any) -> Any:
+    return None if raw is None else _enum(enum, raw)
+
+
 def _enum(enum: type[StrEnum], raw: Any) -> Any:
     try:
         return enum(raw)
@@ -420,6 +455,7 @@ _LEFT_OUT_WHEN: dict[str, Any] = {
     "llm_version": "",
     "remind_after": 0.0,
     "escalate_after": 0.0,
+    "preview_length": 0,
 }
 
 
@@ -471,6 +507,9 @@ def approval_from_parts(
         llm_log=_get(record, "llm_log", bool, optional=True) or False,
         external=_get(record, "external", bool, optional=True) or False,
         preview=_get(record, "preview", str, optional=True),
+        preview_kind=_optional_enum(PreviewKind, record.get("preview_kind")),
+        preview_sha256=_get(record, "preview_sha256", str, optional=True),
+        preview_length=_get(record, "preview_length", int, optional=True) or 0,
         rule_id=_get(record, "rule_id", str, optional=True),
         remind_after=_optional_time(record, "remind_after"),
         escalate_after=_optional_time(record, "escalate_after"),
@@ -544,4 +583,11 @@ def _result_from_dict(data: Any) -> RunResult:
         next_approval_id=_get(data, "next_approval_id", str, optional=True),
         executed_arguments=_get(data, "executed_arguments", dict, optional=True),
         tool_output=_get(data, "tool_output", str, optional=True),
+        preview=_preview_from_dict(data.get("preview")),
     )
+
+
+def _preview_from_dict(data: Any) -> Preview | None:
+    if data is None:
+        return None
+    return Preview(_get(data, "text", str), _enum(PreviewKind, _get(data, "kind", str)))

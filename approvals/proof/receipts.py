@@ -73,6 +73,8 @@ class Receipt:
     grant: str | None = None
     granted_by: str | None = None
     rule: str | None = None
+    #: The SHA-256 of the preview the deciders were shown (None: the call had none).
+    preview_sha256: str | None = None
 
 
 def args_sha256(arguments: Any) -> str:
@@ -100,6 +102,7 @@ def sign_receipt(
     grant: str | None = None,
     granted_by: str | None = None,
     rule: str | None = None,
+    preview_sha256: str | None = None,
     now: float | None = None,
 ) -> str:
     """Sign a receipt with the private key at ``key_path`` (the bot and the CLI only).
@@ -108,6 +111,8 @@ def sign_receipt(
         decided_by: what released the call; ``grant`` needs ``grant`` (its id) and
             ``granted_by`` (who made it), ``rule`` needs ``rule`` (its id), and a person's
             decision names neither.
+        preview_sha256: the digest of the preview the deciders were shown (no claim without
+            one).
     """
     assert decision in RELEASING, "only a decision that releases a call gets a receipt"
     what = _what_decided(decided_by, grant=grant, granted_by=granted_by, rule=rule)
@@ -130,6 +135,7 @@ def sign_receipt(
         "agent": agent,
         "decided_by": decided_by.value,
         **what,
+        **({"preview_sha256": preview_sha256} if preview_sha256 else {}),
     }
     headers = {"kid": keyring.kid_of(key.public_key()), "typ": "JWT"}
     return jwt.encode(claims, key, algorithm=ALGORITHM, headers=headers)
@@ -289,6 +295,7 @@ def _receipt_of(claims: dict[str, Any], kid: str) -> Receipt:
             grant=_str(claims, "grant", optional=True),
             granted_by=_str(claims, "granted_by", optional=True),
             rule=_str(claims, "rule", optional=True),
+            preview_sha256=_str(claims, "preview_sha256", optional=True),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidReceipt(f"the receipt's claims are malformed ({exc})") from None

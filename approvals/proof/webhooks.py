@@ -170,6 +170,9 @@ def body_of(
             data["decision"] = approval.decision.kind.value
         if webhook_type == "approval.decided":
             data["receipt"] = approval.receipt
+        shown = store.records.preview_shown(approval)
+        if shown:  # only with a preview: the contract's fields stay as they were without
+            data["preview"] = {"sha256": shown["preview_sha256"], "head": shown["preview_head"]}
     moment = datetime.fromtimestamp(float(event["at"]), UTC)
     return {
         "type": webhook_type or f"approval.{status}",

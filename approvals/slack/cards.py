@@ -23,6 +23,7 @@ from approvals.slack.limits import (
     TURN_CALLS_SHOWN,
     truncate,
 )
+from approvals.slack.previews import build_edited_preview_blocks, build_preview_blocks
 
 APPROVE_ACTION = "approval_approve"
 REJECT_ACTION = "approval_reject"
@@ -148,8 +149,7 @@ def build_card(approval: Approval) -> list[Block]:
     summary = approval.shown_summary
     if summary:
         blocks.append(_section(f"*{summary}*"))
-    if approval.preview:  # the caller's own markdown (external approvals)
-        blocks.append(_section(truncate(approval.preview, SECTION_TEXT)))
+    blocks.extend(build_preview_blocks(approval))
     blocks.append({"type": "section", "fields": _fields(approval)})
     blocks.append(_section(arguments_text(approval.shown_arguments)))
     blocks.extend(_siblings(approval))
@@ -575,7 +575,8 @@ def build_result_messages(approval: Approval) -> list[list[Block]]:
     elif result.executed_arguments is not None and result.tool_output is not None:
         output = truncate(result.tool_output, SECTION_TEXT - 200)
         ran = _section(f"`{approval.tool_name}` ran and returned:\n```\n{output}\n```")
-        messages[0].insert(0, ran)  # at most 42 blocks: within Slack's 50
+        messages[0].insert(0, ran)  # at most 43 blocks: within Slack's 50
+        messages[0][:0] = build_edited_preview_blocks(result.preview)
     return messages
 
 

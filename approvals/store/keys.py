@@ -34,6 +34,7 @@ class Key:
 TABLE = """
 approvals:approval:<id>               hash    records      the record (JSON) and its status, decision, result, card, marks
 approvals:history:<id>                string  records      the llm message history to resume from (JSON list)
+approvals:preview:<id>                string  records      the whole of a preview longer than the record holds
 approvals:lock:<id>:<what>            string  records      a short lock on one piece of work, posting the card (TTL)
 approvals:pending                     zset    transitions  pending approvals, by creation time
 approvals:decided                     zset    transitions  the most recent decisions, by decision time
@@ -110,6 +111,10 @@ def approval_key(approval_id: str) -> str:
 
 def history_key(approval_id: str) -> str:
     return f"{PREFIX}history:{approval_id}"
+
+
+def preview_key(approval_id: str) -> str:
+    return f"{PREFIX}preview:{approval_id}"
 
 
 def lock_key(approval_id: str, what: str) -> str:

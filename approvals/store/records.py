@@ -18,6 +18,8 @@ from approvals.models import (
     Status,
     approval_from_parts,
 )
+from approvals.models.preview import Preview
+from approvals.secrets import mask_text
 from approvals.store.audit import audit_entry, new_trail
 from approvals.store.connection import eval_script, json_value, text
 from approvals.store.keys import (
@@ -30,6 +32,7 @@ from approvals.store.keys import (
     audit_key,
     history_key,
     lock_key,
+    preview_key,
     run_pauses_key,
 )
 from approvals.store.metrics import _OBSERVE_LUA, HISTOGRAM_BUCKETS, bucket_name
@@ -96,6 +99,7 @@ def create(
     *,
     pipeline: Any = None,
     in_run: bool = True,
+    preview: Preview | None = None,
 ) -> Any:
     """Queue the writes that create a pending approval on a transactional pipeline (a new
     one, or ``pipeline`` when several approvals are created together: the calls of a turn).
@@ -121,8 +125,12 @@ def create(
     )
     if history or in_run:
         pipe.set(history_key(approval.id), json.dumps(history))
+    if preview is not None and approval.preview_cut:
+        pipe.set(preview_key(approval.id), preview.text)
     pipe.zadd(PENDING_KEY, {approval.id: approval.created_at})
-    first = audit_entry("paused", approval.agent, tool=approval.tool_name)
+    first = audit_entry(
+        "paused", approval.agent, tool=approval.tool_name, **preview_shown(approval)
+    )
     lines, outbox = new_trail(approval.id, [first, *events])
     pipe.rpush(audit_key(approval.id), *lines)
     if outbox:
@@ -210,6 +218,34 @@ def from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
         raise CorruptRecord(f"approval {approval_id} holds the record of {approval.id}")
     approval.receipt = text(raw.get(b"receipt")) or None
     return approval
+
+
+#: Characters of a preview's head an audit entry and a webhook body carry (its digest names
+#: the whole).
+SHOWN_HEAD = 500
+
+
+def preview_shown(approval: Approval) -> dict[str, str]:
+    """The preview people were shown, as audit entries and webhooks record it: its SHA-256
+    and its head (secrets masked); nothing without a preview."""
+    shown = approval.shown_preview
+    if shown is None or approval.preview_sha256 is None:
+        return {}
+    return {"preview_sha256": approval.preview_sha256, "preview_head": shown.text[:SHOWN_HEAD]}
+
+
+def load_preview(conn: redis.Redis, approval: Approval) -> Preview | None:
+    """The whole of the approval's preview (None: it has none). Secrets of its arguments are
+    masked, as on the card; when the whole is gone (or does not match the digest the record
+    holds), the head the record holds, saying so."""
+    head = approval.shown_preview
+    if head is None or not approval.preview_cut:
+        return head
+    raw = cast(bytes | None, conn.get(preview_key(approval.id)))
+    whole = None if raw is None else Preview(raw.decode("utf-8", "replace"), head.kind)
+    if whole is None or whole.sha256 != approval.preview_sha256:
+        return Preview(f"{head.text}\n… (the rest of this preview is no longer kept)", head.kind)
+    return Preview(mask_text(whole.text, approval.arguments, approval.shown_arguments), head.kind)
 
 
 def load_history(conn: redis.Redis, approval_id: str) -> list[dict[str, Any]]:

@@ -348,7 +348,8 @@ class SlackStandIn:
             return copy.deepcopy(self._responses)
 
     def views(self) -> list[dict[str, Any]]:
-        """Accepted views.* calls: ``{"method", "view", "trigger_id"|"view_id"|"user_id"}``."""
+        """Accepted views.* calls: ``{"method", "view", "trigger_id"|"view_id"|"user_id"}``
+        (views.open's with the ``view_id`` it gave the modal)."""
         with self._lock:
             return copy.deepcopy(self._views)
 
@@ -601,7 +602,8 @@ class SlackStandIn:
         view = _check_view(args.get("view"), ("modal",))
         with self._lock:
             live = self._store_view(self._new_view_id(), view)
-            self._views.append({"method": "views.open", "view": view, "trigger_id": trigger_id})
+            self._views.append({"method": "views.open", "view": view, "trigger_id": trigger_id,
+                                "view_id": live["id"]})  # fmt: skip
             return {"ok": True, "view": copy.deepcopy(live)}
 
     def _views_update(self, args: dict[str, Any]) -> dict[str, Any]:
