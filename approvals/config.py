@@ -74,6 +74,7 @@ NUMBERS: dict[str, Bounds] = {
     "APPROVALS_API_RATE_LIMIT": Bounds(1, 1_000_000, unit="requests a minute"),
     "APPROVALS_REMIND_AFTER": Bounds(0, _YEAR, whole=False),
     "APPROVALS_ESCALATE_AFTER": Bounds(0, _YEAR, whole=False),
+    "APPROVALS_STALE_RETRIES": Bounds(0, 100, unit="times"),
 }
 
 #: The schemes each URL setting accepts (a SQLAlchemy URL may name a driver: ``sqlite+...``).
@@ -243,6 +244,9 @@ class Settings:
     escalate_to: tuple[str, ...] = ()
     #: "line": a call a grant let through gets one compact line in its channel; "none": silent.
     grant_notice: str = "line"
+    #: How many times a call whose state changed after its approval (its gate's
+    #: ``fingerprint``) is asked again; the next time, the model is told and re-plans.
+    stale_retries: int = 2
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -295,6 +299,7 @@ class Settings:
             remind_after=_number(env, "APPROVALS_REMIND_AFTER", 3600.0),
             escalate_after=_number(env, "APPROVALS_ESCALATE_AFTER", 0.0),
             escalate_to=_escalate_to(env.get("APPROVALS_ESCALATE_TO")),
+            stale_retries=_whole(env, "APPROVALS_STALE_RETRIES", 2),
         )
 
     def require(self, *names: str) -> None:

@@ -14,7 +14,7 @@ import importlib.metadata
 import json
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -23,7 +23,7 @@ import redis
 from llm.parts import Message, ToolCallPart, ToolResultPart
 
 from approvals import store
-from approvals.calls import llm_log, outcomes
+from approvals.calls import fingerprints, llm_log, outcomes
 from approvals.calls.gate import (
     Gate,
     Screening,
@@ -216,6 +216,20 @@ def _prepare(settings: Settings, tools: Sequence[Any], on_finish: str | None) ->
                 check_allowed(ref, settings.tool_modules)
             except ResumeError as exc:
                 raise GateError(str(exc)) from None
+    for gate in _gates(found):
+        if gate.options.fingerprint is not None:  # a worker must find it too
+            fingerprints.function_at(gate.options.fingerprint, settings.tool_modules)
+    return found
+
+
+def _gates(tools: Sequence[AgentTool]) -> list[Gate]:
+    """The gates of the agent's tools (toolbox methods included)."""
+    found = []
+    for tool in tools:
+        functions = (
+            [t.implementation for t in tool.tools()] if isinstance(tool, llm.Toolbox) else [tool]
+        )
+        found += [g for g in map(gate_of, functions) if g is not None]
     return found
 
 
@@ -296,6 +310,7 @@ def resume(
     approval: Approval,
     on_tool_start: Callable[[], None] | None = None,
     saved: list[dict[str, Any]] | None = None,
+    stale: Collection[str] = (),
 ) -> Resumed:
     """Continue a decided approval's chain from its saved history (called by the worker).
 
@@ -303,6 +318,8 @@ def resume(
     so that work around the run (updating the card) never delays the tool. ``saved`` is the
     history when the caller has read it already (``store.records.load_with_history``). A run started
     with ``run_agent_async`` resumes on llm's async API, in an event loop of its own.
+    ``stale``: the approvals whose state changed after their decision and are asked no more;
+    their tools do not run, and the model receives ``STALE_REFUSAL`` instead.
 
     Raises:
         ResumeError: a tool or the model cannot be found, or a tool changed since the pause.
@@ -315,7 +332,7 @@ def resume(
     tools = import_tools(approval.tools, settings.tool_modules)
     ran: dict[str, dict[str, Any]] = {}
     turn = _decided_turn(approval)
-    before_call, after_call = _decision_hooks(conn, turn, on_tool_start, ran)
+    before_call, after_call = _decision_hooks(conn, turn, on_tool_start, ran, stale)
     context = _RunContext(
         conn=conn,
         settings=settings,
@@ -396,6 +413,7 @@ def _decision_hooks(
     turn: Sequence[Approval],
     on_tool_start: Callable[[], None] | None,
     ran: dict[str, dict[str, Any]],
+    stale: Collection[str] = (),
 ) -> tuple[
     Callable[[llm.Tool | None, llm.ToolCall], None],
     Callable[[llm.Tool, llm.ToolCall, llm.ToolResult], None],
@@ -414,7 +432,7 @@ def _decision_hooks(
         if approval is None or approval.decision is None:
             return
         decision = approval.decision
-        refused = refusal_text(decision)
+        refused = STALE_REFUSAL if approval.id in stale else refusal_text(decision)
         if refused is not None:
             raise llm.CancelToolCall(refused)
         if decision.kind.runs_tool and not store.records.mark_tool_started(conn, approval.id):
@@ -445,6 +463,11 @@ def _decision_hooks(
             result.output = note + result.output
 
     return before_call, after_call
+
+
+#: What the model receives (after llm's ``Cancelled: ``) for a call whose state changed after
+#: its approval once too often (``APPROVALS_STALE_RETRIES``): it re-plans, as after a rejection.
+STALE_REFUSAL = "the state changed after approval"
 
 
 def refusal_text(decision: Decision) -> str | None:
@@ -609,6 +632,10 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
             )
         approval = _new_approval(asked_call, pause.tool_results, context, options, channel)
         approval.rule_id = rule_id
+        if options.fingerprint is not None:  # fails closed: nothing pauses on an unknown state
+            approval.fingerprint = fingerprints.compute(
+                options.fingerprint, asked_call.arguments, settings.tool_modules
+            )
         events = automatic.verdict_events(asked_verdict) if asked_verdict is not None else []
         made.append((approval, options, events))
     # One card for the turn: it goes where the lead's goes, and every call of it knows the
