@@ -391,6 +391,7 @@ def _sign(
         requested_by=approval.requested_by,
         agent=approval.agent,
         ttl=settings.receipt_ttl,
+        fingerprint=approval.fingerprint,
     )
 
 
