@@ -92,8 +92,9 @@ def _resume(conn: redis.Redis, settings: Settings, client: WebClient, approval_i
     if changed and not approval.in_turn and approval.stale < settings.stale_retries:
         return _ask_again(conn, client, approval, changed[0])
     for call, found, why in changed:  # asked often enough: the model is told, and re-plans
-        store.audit.append(conn, call.id, "stale", "worker", approved=call.fingerprint or "",
-                           found=found or "", reason=why, asked_again=False)  # fmt: skip
+        store.audit.append(conn, call.id, "stale_cancelled", "worker",
+                           approved=call.fingerprint or "", found=found or "",
+                           reason=why)  # fmt: skip
     # The card says "running" when the run takes a while; the update must not delay the
     # tool, so its clock starts once the tool has (or now, when the tool is not to run).
     shown: list[threading.Timer] = []
@@ -179,7 +180,7 @@ def _ask_again(conn: redis.Redis, client: WebClient, approval: Approval, change:
     fields = {name: "" for name in undone}
     fields |= {"stale": str(approval.stale + 1), "fingerprint": found or ""}
     event = store.audit.audit_entry("stale", "worker", approved=approval.fingerprint or "",
-                                    found=found or "", reason=why, asked_again=True)  # fmt: skip
+                                    found=found or "", reason=why)  # fmt: skip
     moved = store.transitions.transition(
         conn, approval.id, Status.PENDING, fields, sources=[Status.RUNNING], event=event
     ).ok
