@@ -158,6 +158,7 @@ def _request(body: ApprovalBody, token: Token) -> external.ExternalRequest:
         agent=token.agent,
         schema=body.schema_,
         preview=body.preview,
+        fingerprint=body.fingerprint,
         requested_by=body.requested_by,
         idempotency_key=body.idempotency_key,
         run_id=body.run_id,

@@ -75,6 +75,7 @@ NUMBERS: dict[str, Bounds] = {
     "APPROVALS_REMIND_AFTER": Bounds(0, _YEAR, whole=False),
     "APPROVALS_ESCALATE_AFTER": Bounds(0, _YEAR, whole=False),
     "APPROVALS_PREVIEW_TIMEOUT": Bounds(0.1, 600, whole=False),
+    "APPROVALS_STALE_RETRIES": Bounds(0, 100, unit="times"),
 }
 
 #: The schemes each URL setting accepts (a SQLAlchemy URL may name a driver: ``sqlite+...``).
@@ -247,6 +248,9 @@ class Settings:
     #: Seconds a tool's ``preview=`` function may take when its call pauses (the card then
     #: says it timed out; the pause never waits longer).
     preview_timeout: float = 5.0
+    #: How many times a call whose state changed after its approval (its gate's
+    #: ``fingerprint``) is asked again; the next time, the model is told and re-plans.
+    stale_retries: int = 2
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -300,6 +304,7 @@ class Settings:
             escalate_after=_number(env, "APPROVALS_ESCALATE_AFTER", 0.0),
             escalate_to=_escalate_to(env.get("APPROVALS_ESCALATE_TO")),
             preview_timeout=_number(env, "APPROVALS_PREVIEW_TIMEOUT", 5.0),
+            stale_retries=_whole(env, "APPROVALS_STALE_RETRIES", 2),
         )
 
     def require(self, *names: str) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from approvals.ops.archive import upgrade as archive_upgrade
-from bench import agent_side, api_wait, bot_http, docs, loop, retention, throughput
+from bench import agent_side, api_wait, bot_http, docs, loop, retention, stale, throughput
 from bench.harness import Bench
 from bench.report import (
     Figure,
@@ -374,6 +374,22 @@ def api_waiters(bench: Bench, plan: Plan, out: list[Figure]) -> None:
         )
 
 
+def stale_check(bench: Bench, plan: Plan, out: list[Figure]) -> None:
+    """B11: the worker's check of a decided call's state, in this process (no service)."""
+    checks, floor = stale.run_stale_check(bench.folder, plan.loop)
+    out.append(
+        Figure(
+            "B11",
+            "state checked again before an approved tool runs (`fingerprint`)",
+            "ms",
+            checks,
+            floor,
+            "p50 ≤ 1 ms",
+            at_most(p50=1),
+        )
+    )
+
+
 GROUPS: dict[str, Group] = {
     "default": default_worker,
     "fast": fast_worker,
@@ -382,6 +398,7 @@ GROUPS: dict[str, Group] = {
     "throughput": throughput_all,
     "retention": retention_sweep,
     "api": api_waiters,
+    "stale": stale_check,
 }
 ORDER = [
     "B1",
@@ -397,6 +414,7 @@ ORDER = [
     "B8",
     "B9",
     "B10",
+    "B11",
 ]
 
 

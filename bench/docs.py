@@ -54,6 +54,14 @@ EXPLAINED: dict[str, str] = {
         "caller's answer; every caller must be answered. The floor is Redis's own hand-off: an "
         "`XADD` on one connection until a blocked `XREAD` on another returns."
     ),
+    "B11": (
+        "What the worker adds to a resume to check that the state a decision depended on has "
+        "not changed, after it claims the approval and before the tool starts: finding the "
+        "gate's `fingerprint` function among the allowed modules, computing it in a thread "
+        "under its time limit and comparing it with the one stored at the pause. The "
+        "fingerprint hashes a small file and reads its modification time; the floor is that "
+        "function called directly, which any check must pay."
+    ),
     "B3": (
         "Inside the agent's process: from the gate raising `llm.PauseChain` to `run_agent` "
         "returning, at three sizes of saved history; the floor is one Redis SET of the same "

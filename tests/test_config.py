@@ -194,6 +194,7 @@ NUMERIC: dict[str, tuple[str, list[str], dict[str, float]]] = {
     "APPROVALS_REMIND_AFTER": ("remind_after", ["-1", "31536001", "inf"], {"0": 0, "0.5": 0.5}),
     "APPROVALS_ESCALATE_AFTER": ("escalate_after", ["-0.5", "1e9"], {"0": 0, "600": 600}),
     "APPROVALS_PREVIEW_TIMEOUT": ("preview_timeout", ["0", "0.05", "601"], {"0.5": 0.5, "5": 5}),
+    "APPROVALS_STALE_RETRIES": ("stale_retries", ["-1", "101", "1.5"], {"0": 0, "2": 2}),
 }
 #: Refused by every numeric setting, whatever its bounds.
 NOT_NUMBERS = ["ten", "nan", "-inf", "1e999", "0x10", "12s", "9" * 400, "\u0661\u0662"]

@@ -14,7 +14,7 @@ import importlib.metadata
 import json
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -23,7 +23,7 @@ import redis
 from llm.parts import Message, ToolCallPart, ToolResultPart
 
 from approvals import store
-from approvals.calls import llm_log, outcomes
+from approvals.calls import fingerprints, llm_log, outcomes
 from approvals.calls.gate import (
     Gate,
     Screening,
@@ -228,6 +228,20 @@ def _prepare(settings: Settings, tools: Sequence[Any], on_finish: str | None) ->
                 check_allowed(ref, settings.tool_modules)
             except ResumeError as exc:
                 raise GateError(str(exc)) from None
+    for gate in _gates(found):
+        if gate.options.fingerprint is not None:  # a worker must find it too
+            fingerprints.function_at(gate.options.fingerprint, settings.tool_modules)
+    return found
+
+
+def _gates(tools: Sequence[AgentTool]) -> list[Gate]:
+    """The gates of the agent's tools (toolbox methods included)."""
+    found = []
+    for tool in tools:
+        functions = (
+            [t.implementation for t in tool.tools()] if isinstance(tool, llm.Toolbox) else [tool]
+        )
+        found += [g for g in map(gate_of, functions) if g is not None]
     return found
 
 
@@ -355,6 +369,7 @@ def resume(
     approval: Approval,
     on_tool_start: Callable[[], None] | None = None,
     saved: list[dict[str, Any]] | None = None,
+    stale: Collection[str] = (),
 ) -> Resumed:
     """Continue a decided approval's chain from its saved history (called by the worker).
 
@@ -362,6 +377,8 @@ def resume(
     so that work around the run (updating the card) never delays the tool. ``saved`` is the
     history when the caller has read it already (``store.records.load_with_history``). A run started
     with ``run_agent_async`` resumes on llm's async API, in an event loop of its own.
+    ``stale``: the approvals whose state changed after their decision and are asked no more;
+    their tools do not run, and the model receives ``STALE_REFUSAL`` instead.
 
     Raises:
         ResumeError: a tool or the model cannot be found, or a tool changed since the pause.
@@ -375,7 +392,7 @@ def resume(
     ran: dict[str, dict[str, Any]] = {}
     turn = _decided_turn(approval)
     before_call, after_call = _decision_hooks(
-        conn, turn, on_tool_start, ran, settings.preview_timeout
+        conn, turn, on_tool_start, ran, settings.preview_timeout, stale
     )
     context = _RunContext(
         conn=conn,
@@ -459,6 +476,7 @@ def _decision_hooks(
     on_tool_start: Callable[[], None] | None,
     ran: dict[str, dict[str, Any]],
     preview_timeout: float,
+    stale: Collection[str] = (),
 ) -> tuple[
     Callable[[llm.Tool | None, llm.ToolCall], None],
     Callable[[llm.Tool, llm.ToolCall, llm.ToolResult], None],
@@ -477,7 +495,7 @@ def _decision_hooks(
         if approval is None or approval.decision is None:
             return
         decision = approval.decision
-        refused = refusal_text(decision)
+        refused = STALE_REFUSAL if approval.id in stale else refusal_text(decision)
         if refused is not None:
             raise llm.CancelToolCall(refused)
         if decision.kind is DecisionKind.EDIT and decision.arguments is not None:
@@ -522,6 +540,11 @@ def _preview_of(tool: llm.Tool | None, arguments: dict[str, Any], timeout: float
     if gate is None or gate.options.preview is None:
         return None
     return compute_preview(gate.options.preview, dict(arguments), timeout)
+
+
+#: What the model receives (after llm's ``Cancelled: ``) for a call whose state changed after
+#: its approval once too often (``APPROVALS_STALE_RETRIES``): it re-plans, as after a rejection.
+STALE_REFUSAL = "the state changed after approval"
 
 
 def refusal_text(decision: Decision) -> str | None:
@@ -688,6 +711,10 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         approval.rule_id = rule_id
         preview = _preview(asked_gate, asked_call, settings)
         approval.set_preview(preview)
+        if options.fingerprint is not None:  # fails closed: nothing pauses on an unknown state
+            approval.fingerprint = fingerprints.compute(
+                options.fingerprint, asked_call.arguments, settings.tool_modules
+            )
         events = automatic.verdict_events(asked_verdict) if asked_verdict is not None else []
         made.append((approval, options, events, preview))
     # One card for the turn: it goes where the lead's goes, and every call of it knows the

@@ -47,6 +47,9 @@ class ExternalRequest:
     agent: str
     schema: dict[str, Any] | None = None
     preview: str | None = None
+    #: The state the decision depends on, named by the caller: signed into the receipt and
+    #: given back with the decision, so the service that acts can refuse a changed state.
+    fingerprint: str | None = None
     requested_by: str | None = None
     idempotency_key: str | None = None
     #: Groups the requests of one task, for the card's "This tool, this run" grant.
@@ -164,6 +167,7 @@ def _new_approval(
         tools=[ToolRef(name=request.tool, path="", schema=schema)],
         channel=channel,
         summary=options.summary,
+        fingerprint=request.fingerprint,
         requested_by=request.requested_by,
         policy=options.policy,
         secret_arguments=secret_names(names, settings.secret_names),
@@ -281,6 +285,8 @@ def answer(approval: Approval) -> dict[str, Any]:
             "decided_by": decision.decided_by.value,
             "rule_id": decision.rule_id,
             "grant_id": decision.grant_id,
+            # The state it was decided on (the caller's own fingerprint), as the receipt says.
+            "fingerprint": approval.fingerprint,
         }
     if approval.result is not None:
         ok = approval.status is Status.COMPLETED

@@ -18,7 +18,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,10 +26,11 @@ import redis
 from slack_sdk import WebClient
 
 from approvals import store
-from approvals.calls import agent
+from approvals.calls import agent, fingerprints
 from approvals.config import Settings
+from approvals.decisions import deadlines
 from approvals.decisions.recovery import LEASE_SECONDS
-from approvals.errors import InvalidReceipt, ResumeError, ToolAlreadyStarted
+from approvals.errors import GateError, InvalidReceipt, ResumeError, ToolAlreadyStarted
 from approvals.models import DECIDED, Approval, RunResult, Status, result_to_dict
 from approvals.proof import receipts
 from approvals.slack import web as slack
@@ -91,6 +92,13 @@ def resume(conn: redis.Redis, settings: Settings, client: WebClient, approval_id
 
 def _resume(conn: redis.Redis, settings: Settings, client: WebClient, approval_id: str) -> str:
     approval, history = store.records.load_with_history(conn, approval_id)
+    changed = _changed(settings, approval)
+    if changed and not approval.in_turn and approval.stale < settings.stale_retries:
+        return _ask_again(conn, client, approval, changed[0])
+    for call, found, why in changed:  # asked often enough: the model is told, and re-plans
+        store.audit.append(conn, call.id, "stale_cancelled", "worker",
+                           approved=call.fingerprint or "", found=found or "",
+                           reason=why)  # fmt: skip
     # The card says "running" when the run takes a while; the update must not delay the
     # tool, so its clock starts once the tool has (or now, when the tool is not to run).
     shown: list[threading.Timer] = []
@@ -107,7 +115,8 @@ def _resume(conn: redis.Redis, settings: Settings, client: WebClient, approval_i
     if decision is None or not decision.kind.runs_tool:
         show_soon()
     _note_expired_receipt(conn, approval)
-    result, calls = _run(conn, settings, approval, show_soon, history)
+    stale = {call.id for call, _, _ in changed}
+    result, calls = _run(conn, settings, approval, show_soon, history, stale)
     if result.status is Status.INTERRUPTED:
         _record_end(conn, approval_id, Status.INTERRUPTED, "interrupted", reason=result.error or "")
         _call_off(shown)
@@ -139,6 +148,55 @@ def _resume(conn: redis.Redis, settings: Settings, client: WebClient, approval_i
         approval = store.records.load(conn, approval_id)
     _publish_now(conn, settings, client, approval, finished)
     return result.status.value
+
+
+#: (the call, the fingerprint found: None when it could not be computed, why it differs).
+_Change = tuple[Approval, str | None, str]
+
+
+def _changed(settings: Settings, approval: Approval) -> list[_Change]:
+    """The calls of this resume whose state changed since they were decided: their gate has a
+    ``fingerprint`` that now names another state than at the pause (or cannot be computed:
+    fail closed). Computed from the arguments the model proposed, which named the state the
+    people deciding looked at. Calls that do not run their tool need no check."""
+    changed: list[_Change] = []
+    others = [call for call in approval.turn_calls if call.id != approval.id]
+    for call in [approval, *others]:
+        path = call.policy.fingerprint
+        if path is None or call.decision is None or not call.decision.kind.runs_tool:
+            continue
+        try:
+            found = fingerprints.compute(path, call.arguments, settings.tool_modules)
+        except GateError as exc:
+            changed.append((call, None, str(exc)))
+            continue
+        if found != call.fingerprint:
+            changed.append((call, found, "the state changed since the approval"))
+    return changed
+
+
+def _ask_again(conn: redis.Redis, client: WebClient, approval: Approval, change: _Change) -> str:
+    """The state changed before the tool ran: the approval waits again, its decision undone
+    in the same step (so the next click is a new decision, with a new receipt), the new state
+    its fingerprint; the card asks again, saying why. It keeps its expiry."""
+    _, found, why = change
+    undone = ("decision", "decided_by", "decided_status", "votes", "receipt", "receipt_error")
+    fields = {name: "" for name in undone}
+    fields |= {"stale": str(approval.stale + 1), "fingerprint": found or ""}
+    event = store.audit.audit_entry("stale", "worker", approved=approval.fingerprint or "",
+                                    found=found or "", reason=why)  # fmt: skip
+    moved = store.transitions.transition(
+        conn, approval.id, Status.PENDING, fields, sources=[Status.RUNNING], event=event
+    ).ok
+    if not moved:
+        return "skipped"
+    if approval.expires_at > 0:
+        deadlines.add(conn, deadlines.Kind.EXPIRE, approval.id, approval.expires_at)
+    try:
+        slack.update_card(client, store.records.load(conn, approval.id))
+    except Exception:  # the record waits again; the card catches up on the next redraw
+        log.warning("could not redraw the card of stale approval %s", approval.id, exc_info=True)
+    return "stale"
 
 
 def _note_expired_receipt(conn: redis.Redis, approval: Approval) -> None:
@@ -241,13 +299,14 @@ def _run(
     approval: Approval,
     on_tool_start: Callable[[], None],
     history: bytes | None,
+    stale: Collection[str] = (),
 ) -> tuple[RunResult, dict[str, tuple[dict[str, Any] | None, str | None]]]:
     try:
         saved = store.records.parse_history(approval.id, history)  # a broken one fails the run
         # Each released call is handed its own receipt as it starts (agent's before_call);
         # whatever else the resume runs, before or after, gets none.
         with receipts.holding(None):
-            resumed = agent.resume(conn, settings, approval, on_tool_start, saved)
+            resumed = agent.resume(conn, settings, approval, on_tool_start, saved, stale)
     except ToolAlreadyStarted as exc:  # another attempt started the tool: never twice
         return RunResult(Status.INTERRUPTED, error=str(exc)), {}
     except ResumeError as exc:

@@ -409,9 +409,17 @@ def _confirm(title: str, text: str, confirm: str) -> Block:
     }
 
 
+#: Said on a card asked again because the state its decision depended on changed.
+STALE_NOTICE = (
+    ":warning: *Changed since it was approved*: the state this call depends on is not what it"
+    " was when it was approved, so it did not run. Look again and decide."
+)
+
+
 def _state_blocks(approval: Approval) -> list[Block]:
     if approval.status is Status.PENDING:
-        return [_context(_STATUS_LINE[Status.PENDING]), build_buttons(approval)]
+        stale = [_section(STALE_NOTICE)] if approval.stale else []
+        return [*stale, _context(_STATUS_LINE[Status.PENDING]), build_buttons(approval)]
     if approval.status is Status.INTERRUPTED:
         retry = _button(RETRY_ACTION, "Retry", approval, "danger")
         retry["confirm"] = _confirm(

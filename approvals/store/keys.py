@@ -7,7 +7,8 @@ two cannot drift. Each key is read and written by the ``store`` module its row n
 Keys of the approval hash (``approvals:approval:<id>``): ``record`` (JSON), ``status``,
 ``decided_status``, ``decided_by``, ``decision``, ``votes``, ``result``, ``card_ts``,
 ``receipt``, ``owed``, ``receipt_error``, ``tool_started``, ``tool_finished``, ``escalated``,
-``automatic``, and on a turn's lead ``turn_settled``.
+``automatic``, ``stale`` (how many times the state changed after a decision), and on a
+turn's lead ``turn_settled``.
 """
 
 from __future__ import annotations

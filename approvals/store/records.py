@@ -217,6 +217,9 @@ def from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
     if approval.id != approval_id:
         raise CorruptRecord(f"approval {approval_id} holds the record of {approval.id}")
     approval.receipt = text(raw.get(b"receipt")) or None
+    approval.stale = _count(raw.get(b"stale"))
+    # The state it waits on again, once the state changed after a decision.
+    approval.fingerprint = text(raw.get(b"fingerprint")) or approval.fingerprint
     return approval
 
 
@@ -246,6 +249,12 @@ def load_preview(conn: redis.Redis, approval: Approval) -> Preview | None:
     if whole is None or whole.sha256 != approval.preview_sha256:
         return Preview(f"{head.text}\n… (the rest of this preview is no longer kept)", head.kind)
     return Preview(mask_text(whole.text, approval.arguments, approval.shown_arguments), head.kind)
+def _count(raw: bytes | None) -> int:
+    """A count the hash holds (0 when absent or not a count: Redis is a trust boundary)."""
+    try:
+        return max(0, int(text(raw) or 0))
+    except ValueError:
+        return 0
 
 
 def load_history(conn: redis.Redis, approval_id: str) -> list[dict[str, Any]]:
