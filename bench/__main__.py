@@ -375,11 +375,11 @@ def api_waiters(bench: Bench, plan: Plan, out: list[Figure]) -> None:
 
 
 def stale_check(bench: Bench, plan: Plan, out: list[Figure]) -> None:
-    """B11: the worker's check of a decided call's state, in this process (no service)."""
+    """B13: the worker's check of a decided call's state, in this process (no service)."""
     checks, floor = stale.run_stale_check(bench.folder, plan.loop)
     out.append(
         Figure(
-            "B11",
+            "B13",
             "state checked again before an approved tool runs (`fingerprint`)",
             "ms",
             checks,
@@ -414,7 +414,7 @@ ORDER = [
     "B8",
     "B9",
     "B10",
-    "B11",
+    "B13",
 ]
 
 

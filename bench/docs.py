@@ -54,7 +54,7 @@ EXPLAINED: dict[str, str] = {
         "caller's answer; every caller must be answered. The floor is Redis's own hand-off: an "
         "`XADD` on one connection until a blocked `XREAD` on another returns."
     ),
-    "B11": (
+    "B13": (
         "What the worker adds to a resume to check that the state a decision depended on has "
         "not changed, after it claims the approval and before the tool starts: finding the "
         "gate's `fingerprint` function among the allowed modules, computing it in a thread "

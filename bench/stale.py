@@ -1,4 +1,4 @@
-"""B11: what checking a decided call's state again (its gate's ``fingerprint``) adds to a
+"""B13: what checking a decided call's state again (its gate's ``fingerprint``) adds to a
 resume, measured where the worker does it: after the claim, before the tool."""
 
 from __future__ import annotations

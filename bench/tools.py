@@ -53,7 +53,7 @@ def act(target: str, llm_tool_call: llm.ToolCall | None = None) -> str:
 
 
 def state_of(target: str) -> str:
-    """A fingerprint as a tool's author would write one (B11): the SHA-256 and the mtime of
+    """A fingerprint as a tool's author would write one (B13): the SHA-256 and the mtime of
     the file ``target`` names."""
     with open(target, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
