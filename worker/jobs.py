@@ -68,7 +68,15 @@ def warm() -> None:
 
 @_about_approval
 def post_card(approval_id: str) -> str | None:
-    """Post the approval's card once; returns its ts (None when it was already posted)."""
+    """Post the approval's card once; returns its ts (None when it was already posted).
+
+    The card of a run that paused again goes into its parent's thread, after the reply that
+    says who decided the parent (``resume.decision_replied_first``).
+    """
+    parent_id = store.records.load(_conn(), approval_id).parent_id
+    if parent_id is not None:
+        parent = store.records.load(_conn(), parent_id)
+        resume.decision_replied_first(_conn(), _client(), parent)
     return slack.post_card_once(_client(), _conn(), approval_id)
 
 

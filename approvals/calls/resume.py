@@ -355,7 +355,7 @@ def _turn_calls(conn: redis.Redis, approval: Approval) -> list[Approval]:
     return [approval, *others]
 
 
-def _decision_replied_first(conn: redis.Redis, client: WebClient, approval: Approval) -> None:
+def decision_replied_first(conn: redis.Redis, client: WebClient, approval: Approval) -> None:
     """Make the thread say who decided before it says what the run did.
 
     The decider posts that reply (``slack.announce_decision``) while a worker may already be
@@ -439,7 +439,7 @@ def publish(
         return
     try:
         for call in _turn_calls(conn, approval):
-            _decision_replied_first(conn, client, call)
+            decision_replied_first(conn, client, call)
         slack.announce_result(client, approval)
     except Exception:
         store.records.release(conn, approval.id, PUBLISHED)  # let RQ's retry try again
