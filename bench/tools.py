@@ -49,3 +49,20 @@ def act(target: str, llm_tool_call: llm.ToolCall | None = None) -> str:
     at = time.time()  # the tool's first line: B1 ends here
     record("act", at, llm_tool_call, target=target)
     return f"acted on {target}"
+
+
+#: The characters of ``act_previewed``'s preview (B3 preview).
+PREVIEW_CHARS = 10 * 1024
+
+
+def plan_preview(target: str) -> str:
+    """What ``act_previewed`` would do: a unified diff of ``PREVIEW_CHARS`` characters."""
+    head = f"--- a/{target}\n+++ b/{target}\n@@ -1,200 +1,200 @@\n"
+    body = "".join(f"-old line {n}\n+new line {n}\n" for n in range(1000))
+    return (head + body)[:PREVIEW_CHARS]
+
+
+@requires_approval(summary="Act on {target}", preview=plan_preview)
+def act_previewed(target: str) -> str:
+    """``act`` with a preview: what it would do, computed when it pauses."""
+    return f"acted on {target}"

@@ -7,7 +7,8 @@ two asks to delete the first object file it saw, turn three says what happened, 
 rejection's reason and an edit show up in its answer.
 
 The tools only touch a throw-away workspace made for each run (marked with a file), even if
-someone edits the path in the card to point elsewhere.
+someone edits the path in the card to point elsewhere. The deletion's card shows its preview:
+what the path holds (``approvals.previews.path_contents``), computed again after an Edit.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import llm
 from llm.parts import Message, TextPart, ToolResultPart
 
-from approvals import requires_approval
+from approvals import Preview, previews, requires_approval
 from approvals.calls.agent import Outcome, run_agent
 from approvals.config import Settings
 
@@ -71,7 +72,12 @@ def list_files(path: str) -> str:
     return "\n".join(str(p) for p in files) or "(empty)"
 
 
-@requires_approval(summary="Delete {path}")
+def _what_goes(path: str) -> Preview:
+    """The card's preview of a deletion: the files it would remove, and their size."""
+    return previews.path_contents(_inside_workspace(path))
+
+
+@requires_approval(summary="Delete {path}", preview=_what_goes)
 def delete_path(path: str) -> str:
     """Delete a file or a folder in the demo workspace."""
     target = _inside_workspace(path)
