@@ -20,9 +20,7 @@ class PauseCost:
     stored_bytes: list[int] = field(default_factory=list)
 
 
-def run_pause_cost(
-    phase: Phase, size: int, samples: int, previewed: bool = False
-) -> PauseCost:
+def run_pause_cost(phase: Phase, size: int, samples: int, previewed: bool = False) -> PauseCost:
     """B3 at one history size, each sample beside one SET of the same bytes (the floor).
 
     ``previewed``: the gated tool's gate computes a preview (``bench.tools.plan_preview``)
