@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from approvals.ops.archive import upgrade as archive_upgrade
-from bench import agent_side, api_wait, bot_http, docs, loop, retention, stale, throughput
+from bench import agent_side, api_wait, bot_http, docs, loop, retention, stale, throughput, tools
 from bench.harness import Bench
 from bench.report import (
     Figure,
@@ -269,6 +269,21 @@ def agent_only(bench: Bench, plan: Plan, out: list[Figure]) -> None:
                 )
             )
             phase.conn.flushdb()
+        cost = agent_side.run_pause_cost(phase, 10 * KB, plan.pause, previewed=True)
+        out.append(
+            Figure(
+                "B3 preview",
+                "PauseChain raised → run_agent returns, 10 KB history and a 10 KB preview",
+                "ms",
+                cost.samples,
+                cost.floor,
+                "p50 ≤ 10 ms",
+                at_most(p50=10),
+                detail={"stored_history_bytes": cost.stored_bytes[:1],
+                        "preview_chars": tools.PREVIEW_CHARS},
+            )
+        )  # fmt: skip
+        phase.conn.flushdb()
 
 
 def throughput_all(bench: Bench, plan: Plan, out: list[Figure]) -> None:

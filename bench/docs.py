@@ -67,6 +67,13 @@ EXPLAINED: dict[str, str] = {
         "returning, at three sizes of saved history; the floor is one Redis SET of the same "
         "bytes."
     ),
+    "B3 preview": (
+        "B3 at 10 KB of history, the gated tool's gate computing a 10 KB preview (a unified "
+        "diff) when the call pauses: the preview function runs in a thread of its own within "
+        "`APPROVALS_PREVIEW_TIMEOUT`, its head goes in the record, the whole of it in its own "
+        "key, in the pause's one transaction. The floor is one round trip SETting the "
+        "history's and the preview's bytes."
+    ),
     "B4": (
         "From the gate raising `llm.PauseChain` to the approval card's `chat.postMessage` "
         "arriving at the Slack stand-in (the worker posts it); the floor is one Redis SET of "

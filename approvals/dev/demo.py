@@ -6,7 +6,8 @@ named in the prompt, turn two asks to delete the first object file it saw, turn 
 what happened, so a rejection's reason and an edit show up in its answer.
 
 The tools only touch a throw-away workspace made for each run (marked with a file), even if
-someone edits the path in the card to point elsewhere.
+someone edits the path in the card to point elsewhere. The deletion's card shows its preview:
+what the path holds (``approvals.previews.path_contents``), computed again after an Edit.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from approvals import requires_approval
+from approvals import Preview, previews, requires_approval
 from approvals.calls.agent import Outcome, run_agent
 from approvals.config import Settings
 from approvals.dev import model
@@ -35,7 +36,12 @@ def list_files(path: str) -> str:
     return "\n".join(str(p) for p in files) or "(empty)"
 
 
-@requires_approval(summary="Delete {path}")
+def _what_goes(path: str) -> Preview:
+    """The card's preview of a deletion: the files it would remove, and their size."""
+    return previews.path_contents(_inside_workspace(path))
+
+
+@requires_approval(summary="Delete {path}", preview=_what_goes)
 def delete_path(path: str) -> str:
     """Delete a file or a folder in the demo workspace."""
     target = _inside_workspace(path)

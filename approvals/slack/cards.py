@@ -23,7 +23,11 @@ from approvals.slack.limits import (
     TURN_CALLS_SHOWN,
     truncate,
 )
-from approvals.slack.previews import build_edited_preview_blocks, build_preview_blocks
+from approvals.slack.previews import (
+    build_edited_preview_blocks,
+    build_preview_blocks,
+    first_line,
+)
 
 APPROVE_ACTION = "approval_approve"
 REJECT_ACTION = "approval_reject"
@@ -177,6 +181,9 @@ def build_turn_card(calls: tuple[Approval, ...]) -> list[Block]:
         if call.status is Status.PENDING and call.votes:
             who = ", ".join(person(v) for v in call.votes)
             head += f" ({len(call.votes)} of {call.policy.approvals_required} approvals: {who})"
+        line = first_line(call)
+        if line:  # no room for each call's preview here: /agent-pending opens it
+            head += f"\n:mag: {line}"
         args = arguments_text(call.shown_arguments, SECTION_TEXT - len(head) - 1)
         blocks.append({"type": "section", "block_id": f"call-{call.id}",
                        "text": _md(f"{head}\n{args}")})  # fmt: skip

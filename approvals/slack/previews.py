@@ -42,15 +42,19 @@ def build_preview_blocks(approval: Approval) -> list[Block]:
     text, cut = preview_text(preview, PREVIEW_CARD_CHARS)
     blocks: list[Block] = [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
     if cut or approval.preview_cut:
-        button = {
-            "type": "button",
-            "action_id": VIEW_PREVIEW_ACTION,
-            "text": {"type": "plain_text", "text": "View preview"},
-            "value": approval.id,
-        }
         blocks.append({"type": "actions", "block_id": f"preview-{approval.id}",
-                       "elements": [button]})  # fmt: skip
+                       "elements": [build_view_button(approval)]})  # fmt: skip
     return blocks
+
+
+def build_view_button(approval: Approval) -> Block:
+    """**View preview**: opens the approval's whole preview in a modal."""
+    return {
+        "type": "button",
+        "action_id": VIEW_PREVIEW_ACTION,
+        "text": {"type": "plain_text", "text": "View preview"},
+        "value": approval.id,
+    }
 
 
 def build_edited_preview_blocks(preview: Preview | None) -> list[Block]:

@@ -23,6 +23,7 @@ from tests.e2e import (
     card_of,
     click,
     pause,
+    pending_command,
     reply_containing,
     submit_edit,
     tool_runs,
@@ -188,3 +189,24 @@ def test_the_receipt_audit_and_webhook_name_the_preview_that_was_shown(
     body = webhooks.body_of(conn, event)
     assert body["data"]["preview"]["sha256"] == digest
     assert "+max = 9" in body["data"]["preview"]["head"]
+
+
+def test_agent_pending_shows_the_first_line_and_opens_the_preview(env, services, slack, conn):
+    """/agent-pending lists the call with its preview's first line and a View preview button,
+    which opens the whole preview in a modal from the list."""
+    pause_id = pause("apply_plan", {"lines": 3}, tools=[previewed.apply_plan])
+    card_of(slack, pause_id)
+    status, _, response_url = pending_command(slack, services.bot_url)
+    assert status == 200
+    listed = slack.wait_for(lambda: slack.responses())[-1]
+    assert ":mag: Preview: line 1 of the plan" in _texts(listed["blocks"])
+    view = next(e for b in listed["blocks"] if b["type"] == "actions" for e in b["elements"]
+                if e["action_id"] == VIEW_PREVIEW_ACTION)  # fmt: skip
+    assert view["value"] == pause_id
+    payload = block_actions_payload(
+        user_id="UALICE", action_id=VIEW_PREVIEW_ACTION, value=pause_id, is_ephemeral=True,
+        response_url=response_url,
+    )  # fmt: skip
+    assert send_interaction(services.bot_url, SIGNING_SECRET, payload)[0] == 200
+    opened = slack.wait_for(lambda: [v for v in slack.views() if v["method"] == "views.open"])
+    assert "line 3 of the plan" in _texts(opened[0]["view"]["blocks"])
