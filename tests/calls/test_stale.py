@@ -19,9 +19,11 @@ from tests.conftest import CHANNEL, SIGNING_SECRET, wait_until
 from tests.e2e import (
     action_blocks,
     approve_on_card,
+    block_text,
     card_of,
     card_showing,
     model_calls,
+    reply_containing,
     tool_results_seen,
     tool_runs,
     wait_status,
@@ -80,6 +82,8 @@ def test_a_state_changed_after_approval_is_asked_again_and_runs_once_on_the_new_
     assert stale[0]["approved"] == "head:41" and stale[0]["found"] == "head:42"
     shown = card_showing(slack, card.ts, NOTICE)
     assert action_blocks(shown), "the card offers its buttons again"
+    told = block_text(reply_containing(slack, card.ts, "changed since it was approved"))
+    assert "`head:41`, now `head:42`" in told
     assert pause_id in [a.id for a in store.pending.pending(conn)]  # listed as waiting again
 
     approve_on_card(slack, services.bot_url, pause_id)
