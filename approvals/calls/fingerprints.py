@@ -53,8 +53,10 @@ def function_at(path: str, allowed: Sequence[str]) -> Callable[..., Any]:
             target = getattr(target, part)
             if isinstance(target, types.ModuleType):  # no walking into another module
                 raise GateError(f"fingerprint {path} leads through module {target.__name__}")
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise GateError(f"cannot import fingerprint {path}: {exc}") from None
+    except GateError:
+        raise
+    except Exception as exc:  # a module that fails as it is imported, a missing name...
+        raise GateError(f"cannot import fingerprint {path}: {type(exc).__name__}: {exc}") from None
     defined_in = getattr(target, "__module__", None)
     if allowed and (not isinstance(defined_in, str) or not module_allowed(defined_in, allowed)):
         raise GateError(

@@ -193,7 +193,8 @@ def _ask_again(conn: redis.Redis, client: WebClient, approval: Approval, change:
     if approval.expires_at > 0:
         deadlines.add(conn, deadlines.Kind.EXPIRE, approval.id, approval.expires_at)
     try:
-        slack.update_card(client, store.records.load(conn, approval.id))
+        again = store.records.load(conn, approval.id)
+        slack.announce_stale(client, again, approval.fingerprint, found)
     except Exception:  # the record waits again; the card catches up on the next redraw
         log.warning("could not redraw the card of stale approval %s", approval.id, exc_info=True)
     return "stale"

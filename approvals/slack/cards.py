@@ -514,6 +514,18 @@ def build_interrupted_message(approval: Approval) -> list[Block]:
     ]
 
 
+def build_stale_message(approved: str | None, found: str | None) -> list[Block]:
+    """The thread reply when the state changed between the decision and the run."""
+    now = f"`{truncate(found, 200)}`" if found else "a state that could not be read"
+    was = f"`{truncate(approved, 200)}`" if approved else "the state at the pause"
+    return [
+        _section(
+            f":warning: The state this call depends on changed since it was approved ({was},"
+            f" now {now}), so it did not run. The card asks again."
+        )
+    ]
+
+
 def build_retry_message(actor: str) -> list[Block]:
     return [_section(f":repeat: Retried by {person(actor)}: running it again, as decided.")]
 

@@ -217,6 +217,16 @@ def escalate(client: WebClient, approval: Approval, channels: list[str], groups:
     update_card(client, approval)  # the first card shows that it was escalated
 
 
+def announce_stale(
+    client: WebClient, approval: Approval, approved: str | None, found: str | None
+) -> None:
+    """Ask again on the card, which says the state changed, and tell the thread what changed:
+    the fingerprint the decision was made on, and the one found (None: none could be)."""
+    update_card(client, approval)
+    blocks = cards.build_stale_message(approved, found)
+    reply(client, approval, blocks, "The state changed since it was approved: decide again")
+
+
 def warn_expiry(client: WebClient, approval: Approval) -> None:
     """Remind the card's thread that the request expires soon."""
     reply(client, approval, cards.build_warning_message(approval), "This request expires soon")

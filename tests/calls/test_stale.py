@@ -4,25 +4,31 @@ the worker checks it again just before the tool runs, and never runs the tool on
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
 from approvals import gate, requires_approval, run_agent, store
+from approvals.calls import fingerprints
 from approvals.errors import GateError
 from approvals.models import Status
+from approvals.slack.cards import APPROVE_ALL_ACTION
 from tests.agents.scripted import calls, say, script
-from tests.agents.tools import list_files, migrate, purge
-from tests.conftest import wait_until
+from tests.agents.tools import delete_path, list_files, migrate, purge
+from tests.conftest import CHANNEL, SIGNING_SECRET, wait_until
 from tests.e2e import (
     action_blocks,
     approve_on_card,
+    block_text,
     card_of,
     card_showing,
     model_calls,
+    reply_containing,
     tool_results_seen,
     tool_runs,
     wait_status,
 )
+from tests.slack_requests import block_actions_payload, send_interaction
 
 MIGRATE = script(calls(("migrate", {"name": "users"})), say("Finished: {results}"))
 NOTICE = "Changed since it was approved"
@@ -76,6 +82,8 @@ def test_a_state_changed_after_approval_is_asked_again_and_runs_once_on_the_new_
     assert stale[0]["approved"] == "head:41" and stale[0]["found"] == "head:42"
     shown = card_showing(slack, card.ts, NOTICE)
     assert action_blocks(shown), "the card offers its buttons again"
+    told = block_text(reply_containing(slack, card.ts, "changed since it was approved"))
+    assert "`head:41`, now `head:42`" in told
     assert pause_id in [a.id for a in store.pending.pending(conn)]  # listed as waiting again
 
     approve_on_card(slack, services.bot_url, pause_id)
@@ -131,3 +139,63 @@ def test_a_lambda_is_refused_where_the_gate_is_made():
     """A worker imports the fingerprint again: a lambda is refused at decoration."""
     with pytest.raises(TypeError, match="module-level function"):
         requires_approval(fingerprint=lambda path: path)
+
+
+def test_a_call_of_a_turn_whose_state_changed_is_cancelled_and_the_rest_of_the_turn_runs(
+    services, slack, env, conn
+):
+    """Calls sharing one card are not asked about one by one: the one whose state changed is
+    cancelled (the model is told), the other runs once."""
+    _set_schema(env, "7")
+    prompt = script(
+        calls(("migrate", {"name": "users"}), ("delete_path", {"path": "build"})),
+        say("Done: {results}"),
+    )
+    outcome = run_agent("scripted", prompt, tools=[migrate, delete_path])
+    lead = outcome.pause_id
+    assert lead is not None and len(store.records.load(conn, lead).turn) == 2
+    card = card_of(slack, lead)
+    _set_schema(env, "8")
+    payload = block_actions_payload(
+        user_id="UALICE", action_id=APPROVE_ALL_ACTION, value=lead, channel_id=CHANNEL,
+        message_ts=card.ts, response_url=slack.new_response_url(),
+    )  # fmt: skip
+    assert send_interaction(services.bot_url, SIGNING_SECRET, payload)[0] == 200
+    wait_status(conn, lead, Status.COMPLETED)
+    assert tool_runs(env, "migrate") == []
+    assert [r["arguments"]["path"] for r in tool_runs(env, "delete_path")] == ["build"]
+    seen = dict(tool_results_seen(model_calls(env)[-1]))
+    assert seen["migrate"] == "Cancelled: the state changed after approval"
+    assert seen["delete_path"] == "deleted build"
+    assert "stale_cancelled" in [e["event"] for e in _events(conn, lead)]
+
+
+# --- the fingerprint itself, computed as the gate and the worker compute it -------------------
+
+
+def slow_state(name: str) -> str:
+    """A fingerprint that hangs (a database that does not answer)."""
+    time.sleep(2)
+    return name
+
+
+def odd_state(name: str) -> object:
+    """A fingerprint that names nothing a person could compare."""
+    return {"name": name} if name == "dict" else name * 300
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "says"),
+    [
+        ("tests.calls.test_stale:slow_state", "x", "did not answer within 0.2 s"),
+        ("tests.calls.test_stale:odd_state", "dict", "must return a non-empty string"),
+        ("tests.calls.test_stale:odd_state", "xy", "returned 600 characters; at most 200"),
+        ("tests.calls.test_stale:missing", "x", "cannot import fingerprint"),
+        ("tests.calls.test_stale:time", "x", "leads through module time"),
+        ("os:getcwd", "x", "not in APPROVALS_TOOL_MODULES"),
+    ],
+)
+def test_a_fingerprint_that_cannot_name_the_state_is_a_clear_gate_error(path, name, says):
+    """Hung, malformed, too long, missing, or outside the allowed modules: refused, saying why."""
+    with pytest.raises(GateError, match=says):
+        fingerprints.compute(path, {"name": name}, ("tests",), timeout=0.2)

@@ -789,3 +789,11 @@ def test_a_card_asked_again_after_its_state_changed_says_so_above_its_buttons():
     at = texts.index(STALE_NOTICE)
     assert "Changed since it was approved" in STALE_NOTICE
     assert any(b["type"] == "actions" for b in again[at:])
+
+
+def test_the_thread_is_told_what_changed_or_that_it_could_not_be_read():
+    """The stale reply names both fingerprints, or says the state could not be read."""
+    from approvals.slack.cards import build_stale_message
+
+    assert "`v1`, now `v2`" in json.dumps(build_stale_message("v1", "v2"))
+    assert "could not be read" in json.dumps(build_stale_message("v1", None))
