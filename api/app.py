@@ -13,7 +13,6 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 import redis
-import redis.asyncio as redis_async
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -59,8 +58,8 @@ def build_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # A blocking read lasts up to MAX_WAIT: the socket must outwait it (redis-py's default
         # read timeout would cut a long wait short with an error).
-        app.state.aconn = redis_async.Redis.from_url(
-            settings.redis_url, max_connections=4000, socket_timeout=MAX_WAIT + 15
+        app.state.aconn = store.connection.connect_async(
+            settings, max_connections=4000, socket_timeout=MAX_WAIT + 15
         )
         async with mcp_server.session_manager.run():
             yield

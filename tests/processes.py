@@ -242,7 +242,10 @@ def start_worker(env: dict[str, str], log: Path, name: str, cwd: Path = ROOT) ->
 def wait_for_workers(env: dict[str, str], workers: list[Process], count: int) -> None:
     from rq import Worker
 
-    conn = redis.Redis.from_url(env["REDIS_URL"])
+    from approvals import store
+    from approvals.config import Settings
+
+    conn = store.connection.connect(Settings.from_env(env))  # through Sentinels, when set
 
     def registered() -> bool:
         for worker in workers:

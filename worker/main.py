@@ -102,7 +102,13 @@ def run_pool(settings: Settings, processes: int) -> None:
 def _pooled_worker(
     settings: Settings, queues: Sequence[Queue | str], *, connection: redis.Redis, **kwargs: Any
 ) -> BaseWorker:
-    """Build one worker of the pool, in its own process (see ``run_pool``)."""
+    """Build one worker of the pool, in its own process (see ``run_pool``).
+
+    The pool hands over a connection it rebuilt from the parent's connection options; ours
+    replaces it, so every pooled worker connects as ``run_worker`` does (through the
+    Sentinels, when they are set)."""
+    del connection
+    connection = store.connection.connect(settings)
     _start_background(settings)
     # WorkerPool builds its queues without a serializer; every producer of ours writes JSON.
     names = [q.name if isinstance(q, Queue) else q for q in queues]

@@ -57,6 +57,7 @@ from approvals.errors import (
     ConfigError,
     CorruptRecord,
     GateError,
+    NotReplicated,
     ResumeError,
     ToolAlreadyStarted,
 )
@@ -729,6 +730,11 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
             approval.channel = lead.channel
     # One transaction: the approvals exist with the card job and their deadlines, or not at
     # all. The run's stream outlives the longest wait for a decision by the outcome's TTL.
+    # With APPROVALS_MIN_REPLICAS, what tells people of the pause (its card job, its
+    # webhooks' entries) waits until replicas confirm the pause: unconfirmed, it is withdrawn
+    # before anyone heard of it.
+    confirm = settings.min_replicas > 0
+    held: list[str] | None = [] if confirm else None
     pipe = None
     run_ttl = None if None in longest else int(max(w or 0 for w in longest)) + settings.result_ttl
     for approval, _, events, preview in made:
@@ -736,12 +742,27 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         # the outcome finds the others through it.
         pipe = store.records.create(
             context.conn, approval, history if approval is lead else [], run_ttl=run_ttl,
-            events=events, pipeline=pipe, in_run=approval is lead, preview=preview,
+            events=events, pipeline=pipe, in_run=approval is lead, preview=preview, outbox=held,
         )  # fmt: skip
         deadlines.schedule(pipe, settings, approval)
     assert pipe is not None
+    if confirm:
+        pipe.execute()
+        if not store.replication.replicated(context.conn, settings):
+            store.records.withdraw(context.conn, [made_one[0] for made_one in made])
+            raise NotReplicated(
+                f"the pause was not recorded: fewer than {settings.min_replicas} Redis "
+                "replica(s) confirmed it in time (APPROVALS_MIN_REPLICAS); nothing is waiting "
+                "for a decision, try again"
+            )
+        pipe = context.conn.pipeline(transaction=True)
+        pipe.multi()
+        store.records.push_outbox(pipe, held or [])
     queue.enqueue_card(context.conn, settings, lead.id, pipeline=pipe)
     pipe.execute()
+    if confirm and not store.replication.replicated(context.conn, settings):
+        # The pause itself is on the replicas; a failover now could lose only its card job.
+        log.warning("approval %s: replicas did not confirm its card job", lead.id)
     return lead.id
 
 

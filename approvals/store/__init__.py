@@ -9,7 +9,7 @@ API's callers hold (tokens, idempotency keys, rates, the answers they wait on), 
 ``leases`` (a live resume), ``deadlines``, ``retention``, ``pending`` (the lists people see),
 ``metrics``, ``caches``, ``outbox`` (webhook receivers' state), ``workers`` (what the live
 workers import tools from) and ``queue`` (the worker's jobs, on RQ). ``connection`` makes the
-clients.
+clients; ``replication`` asks replicas to confirm.
 """
 
 from approvals.store import (
@@ -27,6 +27,7 @@ from approvals.store import (
     pending,
     queue,
     records,
+    replication,
     retention,
     runs,
     transitions,
@@ -49,6 +50,7 @@ __all__ = [
     "pending",
     "queue",
     "records",
+    "replication",
     "retention",
     "runs",
     "transitions",

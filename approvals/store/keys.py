@@ -72,6 +72,7 @@ approvals:seen:<signature>            string  caches       a Slack request signa
 approvals:receipt:<jti>               string  caches       a receipt already presented (TTL)
 approvals:tool-modules:<queue>        zset    workers      what the queue's live workers import tools from (comma-joined), by when it lapses
 approvals:dev                         string  workers      how to restart the running `approvals dev` (JSON, TTL)
+approvals:replicated                  string  replication  written just before a WAIT, so the WAIT covers every earlier write
 """
 
 
@@ -99,6 +100,7 @@ ENDED_KEY = PREFIX + "ended"
 METRICS_KEY = PREFIX + "metrics"
 RETENTION_LOCK_KEY = PREFIX + "lock:retention"
 EVENTS_KEY = PREFIX + "events"
+REPLICATED_KEY = PREFIX + "replicated"
 EVENTS_TAKING_KEY = PREFIX + "events:taking"
 WEBHOOK_FAILING_KEY = PREFIX + "webhook-failing"
 GRANTS_KEY = PREFIX + "grants"
