@@ -74,6 +74,8 @@ NUMBERS: dict[str, Bounds] = {
     "APPROVALS_API_RATE_LIMIT": Bounds(1, 1_000_000, unit="requests a minute"),
     "APPROVALS_REMIND_AFTER": Bounds(0, _YEAR, whole=False),
     "APPROVALS_ESCALATE_AFTER": Bounds(0, _YEAR, whole=False),
+    "APPROVALS_SLACK_PACE": Bounds(0.01, 1000, unit="posts a second", whole=False),
+    "APPROVALS_SLACK_BURST": Bounds(1, 100, unit="posts"),
 }
 
 #: The schemes each URL setting accepts (a SQLAlchemy URL may name a driver: ``sqlite+...``).
@@ -243,6 +245,10 @@ class Settings:
     escalate_to: tuple[str, ...] = ()
     #: "line": a call a grant let through gets one compact line in its channel; "none": silent.
     grant_notice: str = "line"
+    #: Cards posted a second in one channel, across every worker (0: Slack's own pace,
+    #: ``approvals.slack.limits``); and how many may go back to back in a quiet channel.
+    slack_pace: float = 0.0
+    slack_burst: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -295,6 +301,8 @@ class Settings:
             remind_after=_number(env, "APPROVALS_REMIND_AFTER", 3600.0),
             escalate_after=_number(env, "APPROVALS_ESCALATE_AFTER", 0.0),
             escalate_to=_escalate_to(env.get("APPROVALS_ESCALATE_TO")),
+            slack_pace=_number(env, "APPROVALS_SLACK_PACE", 0.0),
+            slack_burst=_whole(env, "APPROVALS_SLACK_BURST", 0),
         )
 
     def require(self, *names: str) -> None:

@@ -634,7 +634,7 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         )  # fmt: skip
         deadlines.schedule(pipe, settings, approval)
     assert pipe is not None
-    queue.enqueue_card(context.conn, settings, lead.id, pipeline=pipe)
+    queue.enqueue_card(context.conn, settings, lead.id, lead.channel, pipeline=pipe)
     pipe.execute()
     return lead.id
 

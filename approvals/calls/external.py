@@ -170,7 +170,7 @@ def _save(conn: redis.Redis, settings: Settings, approval: Approval, events: lis
     pipe = store.records.create(
         conn, approval, [], run_ttl=_run_ttl(settings, approval), events=events
     )
-    queue.enqueue_card(conn, settings, approval.id, pipeline=pipe)
+    queue.enqueue_card(conn, settings, approval.id, approval.channel, pipeline=pipe)
     deadlines.schedule(pipe, settings, approval)
     pipe.execute()
 

@@ -7,8 +7,8 @@ decision leaves to carry out, ``turns`` the calls that share a card, ``audit`` t
 trail and its outbox entries, ``runs`` a run's pauses, events and outcome, ``callers`` what the
 API's callers hold (tokens, idempotency keys, rates, the answers they wait on), ``grants``,
 ``leases`` (a live resume), ``deadlines``, ``retention``, ``pending`` (the lists people see),
-``metrics``, ``caches``, ``outbox`` (webhook receivers' state) and ``queue`` (the worker's
-jobs, on RQ). ``connection`` makes the clients.
+``metrics``, ``caches``, ``pacing`` (Slack's pace per channel), ``outbox`` (webhook
+receivers' state) and ``queue`` (the worker's jobs, on RQ). ``connection`` makes the clients.
 """
 
 from approvals.store import (
@@ -23,6 +23,7 @@ from approvals.store import (
     metrics,
     outbox,
     owed,
+    pacing,
     pending,
     queue,
     records,
@@ -44,6 +45,7 @@ __all__ = [
     "metrics",
     "outbox",
     "owed",
+    "pacing",
     "pending",
     "queue",
     "records",

@@ -68,6 +68,9 @@ approvals:usergroup:<group>           string  caches       cached members of a S
 approvals:channel-members:<channel>   string  caches       cached members of an escalation channel (JSON list, TTL)
 approvals:seen:<signature>            string  caches       a Slack request signature already accepted (TTL)
 approvals:receipt:<jti>               string  caches       a receipt already presented (TTL)
+approvals:cards:<channel>             list    pacing       approvals whose card waits to be posted in the channel, in pause order (TTL)
+approvals:pace:<channel>              string  pacing       when the channel's next post may go, in ms of Redis's clock (TTL)
+approvals:posting:<channel>           string  pacing       held by the worker posting in the channel now (TTL)
 """
 
 
@@ -169,6 +172,18 @@ def seen_key(signature: str) -> str:
 
 def receipt_key(jti: str) -> str:
     return f"{PREFIX}receipt:{jti}"
+
+
+def channel_cards_key(channel: str) -> str:
+    return f"{PREFIX}cards:{channel}"
+
+
+def channel_pace_key(channel: str) -> str:
+    return f"{PREFIX}pace:{channel}"
+
+
+def channel_posting_key(channel: str) -> str:
+    return f"{PREFIX}posting:{channel}"
 
 
 def table() -> str:
