@@ -56,11 +56,12 @@ class Pace:
 @dataclass(frozen=True)
 class Turn:
     """What ``take_turn`` answered: post ``head`` now (the channel is yours until ``done``), or
-    wait ``wait_ms`` and ask again."""
+    wait ``wait_ms`` and ask again; ``at_ms``: when, on Redis's clock."""
 
     head: str | None
     wait_ms: int
     token: str
+    at_ms: int = 0
 
 
 def enlist(pipe: Any, channel: str, approval_id: str) -> None:
@@ -77,13 +78,13 @@ def waiting(conn: redis.Redis, channel: str) -> list[str]:
 
 
 # KEYS: pace, waiting list, posting lock. ARGV: approval id (or ''), token, interval ms,
-# tolerance ms, lock ms, busy ms. Answers {head or '', wait ms (-1: nothing waits)}.
+# tolerance ms, lock ms, busy ms. Answers {head or '', wait ms (-1: nothing waits), now ms}.
 _TURN_LUA = """
 local ahead = false
 if ARGV[1] ~= '' then ahead = redis.call('LPOS', KEYS[2], ARGV[1]) end
 local head = redis.call('LINDEX', KEYS[2], 0)
 if not ahead then
-  if ARGV[1] ~= '' then head = ARGV[1] elseif not head then return {'', -1} end
+  if ARGV[1] ~= '' then head = ARGV[1] elseif not head then return {'', -1, 0} end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -96,11 +97,11 @@ if redis.call('EXISTS', KEYS[3]) == 1 and wait < tonumber(ARGV[6]) then
   wait = tonumber(ARGV[6])
 end
 if wait > 0 then
-  return {'', wait + (ahead or 0) * interval}
+  return {'', wait + (ahead or 0) * interval, now}
 end
 redis.call('SET', KEYS[1], tat + interval, 'PX', tat + interval - now + tolerance + 60000)
 redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[5])
-return {head, 0}
+return {head, 0, now}
 """
 
 
@@ -121,8 +122,8 @@ def take_turn(
     """
     keys = [channel_pace_key(channel), channel_cards_key(channel), channel_posting_key(channel)]
     args = [approval_id, token, pace.interval_ms, pace.tolerance_ms, hold_ms, BUSY_MS]
-    head, wait = eval_script(conn, _TURN_LUA, keys, args)
-    return Turn(text(head) or None, int(wait), token)
+    head, wait, now = eval_script(conn, _TURN_LUA, keys, args)
+    return Turn(text(head) or None, int(wait), token, int(now))
 
 
 # KEYS: waiting list, posting lock. ARGV: approval id posted (or '' for none), token.
