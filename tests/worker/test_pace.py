@@ -58,8 +58,7 @@ def test_a_hundred_pauses_at_once_give_a_hundred_cards_in_pause_order_at_slacks_
     assert set(recorded) == ids
 
     workers = [
-        start_worker(env, tmp_path / f"worker{n}.log", f"pace{n}-{time.time_ns()}")
-        for n in (1, 2)
+        start_worker(env, tmp_path / f"worker{n}.log", f"pace{n}-{time.time_ns()}") for n in (1, 2)
     ]
     try:
         wait_for_workers(env, workers, 2)
