@@ -79,6 +79,8 @@ NUMBERS: dict[str, Bounds] = {
     "APPROVALS_STALE_RETRIES": Bounds(0, 100, unit="times"),
     "APPROVALS_MIN_REPLICAS": Bounds(0, 100, unit="replicas"),
     "APPROVALS_MIN_REPLICAS_TIMEOUT": Bounds(0.01, 10, whole=False),
+    "APPROVALS_SLACK_PACE": Bounds(0.01, 1000, unit="posts a second", whole=False),
+    "APPROVALS_SLACK_BURST": Bounds(1, 100, unit="posts"),
 }
 
 #: The schemes each URL setting accepts (a SQLAlchemy URL may name a driver: ``sqlite+...``).
@@ -267,6 +269,10 @@ class Settings:
     min_replicas: int = 0
     #: Seconds to wait for them; past it, the pause or decision is undone and refused.
     min_replicas_timeout: float = 1.0
+    #: Cards posted a second in one channel, across every worker (0: Slack's own pace,
+    #: ``approvals.slack.limits``); and how many may go back to back in a quiet channel.
+    slack_pace: float = 0.0
+    slack_burst: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -324,6 +330,8 @@ class Settings:
             **_sentinel_settings(env),
             min_replicas=_whole(env, "APPROVALS_MIN_REPLICAS", 0),
             min_replicas_timeout=_number(env, "APPROVALS_MIN_REPLICAS_TIMEOUT", 1.0),
+            slack_pace=_number(env, "APPROVALS_SLACK_PACE", 0.0),
+            slack_burst=_whole(env, "APPROVALS_SLACK_BURST", 0),
         )
 
     def require(self, *names: str) -> None:

@@ -81,10 +81,24 @@ EXPLAINED: dict[str, str] = {
     ),
     "B5": (
         "Decided approvals resumed, run to completion and shown on their cards per second, "
-        "with every worker released at one instant. The floor is RQ's own rate for jobs that "
-        "do nothing, on the same worker class and count, measured in the same rounds; the "
-        "target is a share of that floor, so it says how much of the worker's capacity a "
-        "resume keeps."
+        "with every worker released at one instant. The floor is a job that asks Redis and "
+        "Slack for what a resume asks, with none of our code: first one resume is run in the "
+        "bench process, counting its Redis round trips (a command or a pipeline, sent and "
+        "answered) and the Slack calls the stand-in receives; the floor job then makes that "
+        "many Redis round trips and the same Slack calls with the same bodies, on the same "
+        "worker class and count, in the same rounds. The target is a share of that floor, so "
+        "it says what our code costs beyond the work a resume cannot avoid. RQ's own rate for "
+        "jobs that do nothing is kept in the figure's detail, for context."
+    ),
+    "B12": (
+        "Many agents pause at once, each in its own thread, into one channel, while two "
+        "workers are held; the workers are then released at one instant. The Slack stand-in "
+        "keeps a channel's pace the way Slack does (a rate, a short burst, a refusal with "
+        "Retry-After above it) and the product is told the same rate. The figure is the time "
+        "from the release to the last card reaching the stand-in, over the ideal: the number "
+        "of cards divided by the pace. Every card must arrive once, in the order Redis recorded "
+        "the pauses, and none may be refused: any of those fails the figure. The full run keeps "
+        "Slack's own rate of about one post a second; the quick run a faster one."
     ),
     "B6 pending": (
         "`/agent-pending` sent to the bot → its answer received at the response URL, with "

@@ -30,11 +30,18 @@ from tests.processes import (
 )
 from tests.processes import approvals_command as approvals_command
 from tests.processes import wait_until as wait_until
-from tests.slack_standin import SlackStandIn
+from tests.slack_standin import Pace, SlackStandIn
 
 SIGNING_SECRET = "test-signing-secret"
 BOT_TOKEN = "xoxb-test-token"
 CHANNEL = "C0CARDS"
+#: Slack's per-channel pace as the stand-in keeps it in the tests, and the pace the product
+#: is told to keep (``APPROVALS_SLACK_PACE``/``_BURST``). Faster than Slack's own, which would
+#: make every test that posts a few cards in one channel wait seconds; the same rate on both
+#: sides, and a smaller burst on ours, so the product never meets a refusal of its own making.
+#: ``tests/worker/test_pace.py`` holds both to Slack's shape at a pace it sets itself.
+SLACK_PACE = Pace(per_second=20, burst=8)
+PRODUCT_BURST = 2
 
 
 @dataclass
@@ -64,7 +71,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 @pytest.fixture(scope="session")
 def slack_server() -> Iterator[SlackStandIn]:
-    standin = SlackStandIn(token=BOT_TOKEN).start()
+    standin = SlackStandIn(token=BOT_TOKEN, pace=SLACK_PACE).start()
     yield standin
     standin.stop()
 
@@ -104,6 +111,8 @@ def env(
         "SCRIPTED_LEDGER": str(tmp_path / "model.jsonl"),
         "HOLD_FILE": str(tmp_path / "hold"),
         "APPROVALS_TOOL_MODULES": "tests.agents",
+        "APPROVALS_SLACK_PACE": str(SLACK_PACE.per_second),
+        "APPROVALS_SLACK_BURST": str(PRODUCT_BURST),
     }
     for name in ("SLACK_APP_TOKEN", "APPROVERS", "APPROVALS_WORKER_CLASS"):
         monkeypatch.delenv(name, raising=False)

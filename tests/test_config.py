@@ -201,6 +201,8 @@ NUMERIC: dict[str, tuple[str, list[str], dict[str, float]]] = {
         ["0", "11"],
         {"0.25": 0.25, "5": 5.0},
     ),
+    "APPROVALS_SLACK_PACE": ("slack_pace", ["0", "-1", "1001"], {"0.5": 0.5, "20": 20}),
+    "APPROVALS_SLACK_BURST": ("slack_burst", ["0", "101", "1.5"], {"1": 1, "5": 5}),
 }
 #: Refused by every numeric setting, whatever its bounds.
 NOT_NUMBERS = ["ten", "nan", "-inf", "1e999", "0x10", "12s", "9" * 400, "\u0661\u0662"]

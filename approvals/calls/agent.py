@@ -758,7 +758,7 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         pipe = context.conn.pipeline(transaction=True)
         pipe.multi()
         store.records.push_outbox(pipe, held or [])
-    queue.enqueue_card(context.conn, settings, lead.id, pipeline=pipe)
+    queue.enqueue_card(context.conn, settings, lead.id, lead.channel, pipeline=pipe)
     pipe.execute()
     if confirm and not store.replication.replicated(context.conn, settings):
         # The pause itself is on the replicas; a failover now could lose only its card job.

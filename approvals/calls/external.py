@@ -187,7 +187,7 @@ def _save(
     pipe = store.records.create(
         conn, approval, [], run_ttl=_run_ttl(settings, approval), events=events, preview=preview
     )
-    queue.enqueue_card(conn, settings, approval.id, pipeline=pipe)
+    queue.enqueue_card(conn, settings, approval.id, approval.channel, pipeline=pipe)
     deadlines.schedule(pipe, settings, approval)
     pipe.execute()
 

@@ -30,7 +30,13 @@ from approvals.calls import agent, fingerprints
 from approvals.config import Settings
 from approvals.decisions import deadlines
 from approvals.decisions.recovery import LEASE_SECONDS
-from approvals.errors import GateError, InvalidReceipt, ResumeError, ToolAlreadyStarted
+from approvals.errors import (
+    GateError,
+    InvalidReceipt,
+    ResumeError,
+    ToolAlreadyStarted,
+    UnknownApproval,
+)
 from approvals.models import DECIDED, Approval, RunResult, Status, result_to_dict
 from approvals.proof import receipts
 from approvals.slack import web as slack
@@ -354,6 +360,19 @@ def _turn_calls(conn: redis.Redis, approval: Approval) -> list[Approval]:
     """The approval, and the other calls of its turn (they share its card and thread)."""
     others = [store.records.load(conn, call_id) for call_id in approval.turn[1:]]
     return [approval, *others]
+
+
+def parent_replied_first(conn: redis.Redis, client: WebClient, approval_id: str) -> None:
+    """The card of a run that paused again goes into its parent's thread: after the reply
+    that says who decided the parent (``decision_replied_first``). A parent no longer kept
+    holds nothing back."""
+    parent_id = store.records.load(conn, approval_id).parent_id
+    try:
+        parent = None if parent_id is None else store.records.load(conn, parent_id)
+    except UnknownApproval:
+        return
+    if parent is not None:
+        decision_replied_first(conn, client, parent)
 
 
 def decision_replied_first(conn: redis.Redis, client: WebClient, approval: Approval) -> None:

@@ -73,6 +73,9 @@ approvals:receipt:<jti>               string  caches       a receipt already pre
 approvals:tool-modules:<queue>        zset    workers      what the queue's live workers import tools from (comma-joined), by when it lapses
 approvals:dev                         string  workers      how to restart the running `approvals dev` (JSON, TTL)
 approvals:replicated                  string  replication  written just before a WAIT, so the WAIT covers every earlier write
+approvals:cards:<channel>             list    pacing       approvals whose card waits to be posted in the channel, in pause order (TTL)
+approvals:pace:<channel>              string  pacing       when the channel's next post may go, in ms of Redis's clock (TTL)
+approvals:posting:<channel>           string  pacing       held by the worker posting in the channel now (TTL)
 """
 
 
@@ -184,6 +187,16 @@ def receipt_key(jti: str) -> str:
 
 def tool_modules_key(queue: str) -> str:
     return f"{PREFIX}tool-modules:{queue}"
+def channel_cards_key(channel: str) -> str:
+    return f"{PREFIX}cards:{channel}"
+
+
+def channel_pace_key(channel: str) -> str:
+    return f"{PREFIX}pace:{channel}"
+
+
+def channel_posting_key(channel: str) -> str:
+    return f"{PREFIX}posting:{channel}"
 
 
 def table() -> str:
