@@ -58,6 +58,8 @@ def state_of(target: str) -> str:
     with open(target, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
     return f"{digest}:{os.stat(target).st_mtime_ns}"
+
+
 #: The characters of ``act_previewed``'s preview (B3 preview).
 PREVIEW_CHARS = 10 * 1024
 
