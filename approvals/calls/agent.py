@@ -535,6 +535,18 @@ def _decision_hooks(
     return before_call, after_call
 
 
+def preview_now(settings: Settings, approval: Approval) -> Preview | None:
+    """The gate's preview of the call as proposed, computed again now (the worker, when the
+    state changed since the decision: what people decide on again). None when the gate has
+    none, or the tool cannot be imported (the resume that runs it says why)."""
+    try:
+        tools = import_tools(approval.tools, settings.tool_modules)
+    except ResumeError:
+        return None
+    tool = tool_named(tools, approval.tool_name)
+    return _preview_of(tool, approval.arguments, settings.preview_timeout)
+
+
 def _preview_of(tool: llm.Tool | None, arguments: dict[str, Any], timeout: float) -> Preview | None:
     """The tool's gate's preview of a call with ``arguments`` (None: it has none)."""
     gate = gate_of(tool.implementation) if tool is not None else None

@@ -100,7 +100,7 @@ def _resume(conn: redis.Redis, settings: Settings, client: WebClient, approval_i
     approval, history = store.records.load_with_history(conn, approval_id)
     changed = _changed(settings, approval)
     if changed and not approval.in_turn and approval.stale < settings.stale_retries:
-        return _ask_again(conn, client, approval, changed[0])
+        return _ask_again(conn, settings, client, approval, changed[0])
     for call, found, why in changed:  # asked often enough: the model is told, and re-plans
         store.audit.append(conn, call.id, "stale_cancelled", "worker",
                            approved=call.fingerprint or "", found=found or "",
@@ -181,10 +181,13 @@ def _changed(settings: Settings, approval: Approval) -> list[_Change]:
     return changed
 
 
-def _ask_again(conn: redis.Redis, client: WebClient, approval: Approval, change: _Change) -> str:
+def _ask_again(
+    conn: redis.Redis, settings: Settings, client: WebClient, approval: Approval, change: _Change
+) -> str:
     """The state changed before the tool ran: the approval waits again, its decision undone
     in the same step (so the next click is a new decision, with a new receipt), the new state
-    its fingerprint; the card asks again, saying why. It keeps its expiry."""
+    its fingerprint; the card asks again, saying why, and the thread shows the gate's preview
+    computed again, on the new state. It keeps its expiry."""
     _, found, why = change
     undone = ("decision", "decided_by", "decided_status", "votes", "receipt", "receipt_error")
     fields = {name: "" for name in undone}
@@ -200,7 +203,8 @@ def _ask_again(conn: redis.Redis, client: WebClient, approval: Approval, change:
         deadlines.add(conn, deadlines.Kind.EXPIRE, approval.id, approval.expires_at)
     try:
         again = store.records.load(conn, approval.id)
-        slack.announce_stale(client, again, approval.fingerprint, found)
+        preview = agent.preview_now(settings, again)
+        slack.announce_stale(client, again, approval.fingerprint, found, preview)
     except Exception:  # the record waits again; the card catches up on the next redraw
         log.warning("could not redraw the card of stale approval %s", approval.id, exc_info=True)
     return "stale"

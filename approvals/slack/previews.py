@@ -57,12 +57,14 @@ def build_view_button(approval: Approval) -> Block:
     }
 
 
-def build_edited_preview_blocks(preview: Preview | None) -> list[Block]:
-    """The preview computed again for the edited arguments just before the tool ran, for the
-    thread's result reply."""
+def build_edited_preview_blocks(
+    preview: Preview | None, title: str = "*Preview of the edited call, just before it ran:*"
+) -> list[Block]:
+    """A preview computed again in the worker, for a thread reply: for the edited arguments
+    just before the tool ran (the result's reply), or on a state that changed since the
+    decision (``title`` says which)."""
     if preview is None:
         return []
-    title = "*Preview of the edited call, just before it ran:*"
     if preview.kind is PreviewKind.FAILED:
         return [_context(f"{title} {truncate(preview.text, 500)}")]
     text, _ = preview_text(preview, PREVIEW_CARD_CHARS)

@@ -23,7 +23,10 @@ from slack_sdk.web import SlackResponse
 from approvals import store
 from approvals.config import Settings
 from approvals.models import Approval, Status
+from approvals.models.preview import Preview
+from approvals.secrets import mask_text
 from approvals.slack import cards
+from approvals.slack.previews import build_edited_preview_blocks
 
 log = logging.getLogger(__name__)
 
@@ -228,12 +231,22 @@ def escalate(client: WebClient, approval: Approval, channels: list[str], groups:
 
 
 def announce_stale(
-    client: WebClient, approval: Approval, approved: str | None, found: str | None
+    client: WebClient,
+    approval: Approval,
+    approved: str | None,
+    found: str | None,
+    preview: Preview | None = None,
 ) -> None:
     """Ask again on the card, which says the state changed, and tell the thread what changed:
-    the fingerprint the decision was made on, and the one found (None: none could be)."""
+    the fingerprint the decision was made on, the one found (None: none could be), and the
+    gate's preview computed again on the new state (None: it has none)."""
     update_card(client, approval)
     blocks = cards.build_stale_message(approved, found)
+    if preview is not None:  # masked as the card's own preview is
+        shown = mask_text(preview.text, approval.arguments, approval.shown_arguments)
+        blocks += build_edited_preview_blocks(
+            Preview(shown, preview.kind), "*Preview now, on the new state:*"
+        )
     reply(client, approval, blocks, "The state changed since it was approved: decide again")
 
 

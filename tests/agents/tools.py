@@ -178,7 +178,12 @@ def schema_head(name: str) -> str:
         return "head:" + f.read().strip()
 
 
-@requires_approval(summary="Migrate {name}", fingerprint=schema_head)
+def migration_plan(name: str) -> str:
+    """The preview of ``migrate``: what it would do on the schema as it is now."""
+    return f"ALTER TABLE {name} at {schema_head(name)}"
+
+
+@requires_approval(summary="Migrate {name}", fingerprint=schema_head, preview=migration_plan)
 def migrate(name: str) -> str:
     """Run a migration (approved against one schema head; never run against another)."""
     _record("migrate", name=name)

@@ -84,6 +84,7 @@ def test_a_state_changed_after_approval_is_asked_again_and_runs_once_on_the_new_
     assert action_blocks(shown), "the card offers its buttons again"
     told = block_text(reply_containing(slack, card.ts, "changed since it was approved"))
     assert "`head:41`, now `head:42`" in told
+    assert "Preview now, on the new state:" in told and "ALTER TABLE users at head:42" in told
     assert pause_id in [a.id for a in store.pending.pending(conn)]  # listed as waiting again
 
     approve_on_card(slack, services.bot_url, pause_id)
