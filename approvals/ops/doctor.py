@@ -95,7 +95,7 @@ def run_checks(settings: Settings) -> list[Check]:
 
 def _redis_checks(settings: Settings) -> list[Check]:
     # Short timeouts: a doctor must answer even when Redis is a black hole.
-    conn = store.connection.connect(settings, timeout=5, connect_timeout=5)
+    conn = store.connection.connect(settings, timeout=5, connect_timeout=5, ride_out_failover=False)
     try:
         first = check_redis(conn, settings)
         later: list[tuple[str, Callable[[], Check]]] = [
@@ -124,7 +124,7 @@ def start_problem(settings: Settings) -> str | None:
     """Why a service cannot start, in the words of the ``redis``, ``slack`` and ``socket``
     checks: Redis does not answer or refuses, or Slack does not answer or refuses a token;
     None when both answer. ``approvals bot`` asks before it serves."""
-    conn = store.connection.connect(settings, timeout=5, connect_timeout=5)
+    conn = store.connection.connect(settings, timeout=5, connect_timeout=5, ride_out_failover=False)
     try:
         conn.ping()  # not INFO, as the check does: an ACL user without @dangerous may not
     except redis.RedisError as exc:

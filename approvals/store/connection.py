@@ -18,9 +18,11 @@ import redis
 import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
+from redis.backoff import ExponentialBackoff
 from redis.commands.core import Script
 from redis.connection import SSLConnection, parse_url
 from redis.driver_info import DriverInfo
+from redis.retry import Retry
 
 from approvals.config import Settings, safe_url
 from approvals.errors import ConfigError, CorruptRecord
@@ -66,13 +68,25 @@ SOCKET_TIMEOUT = 30.0
 SENTINEL_TIMEOUT = 1.0
 
 
+#: With Sentinels, a command that finds no primary is tried again for about fifteen seconds
+#: (the backoff doubles from a twentieth of a second to half a second): long enough to ride
+#: out a failover, whose detection and promotion take a few seconds, so that a worker
+#: watching a job or a bot recording a click waits for the new primary instead of failing
+#: (RQ's worker quits when Redis fails while it watches a job).
+FAILOVER_RETRY = Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=32)
+
+
 def connect(
-    settings: Settings, *, timeout: float = SOCKET_TIMEOUT, connect_timeout: float | None = None
+    settings: Settings,
+    *,
+    timeout: float = SOCKET_TIMEOUT,
+    connect_timeout: float | None = None,
+    ride_out_failover: bool = True,
 ) -> redis.Redis:
     """A client for ``REDIS_URL`` (``redis://``, ``rediss://`` and ACL users in the URL work),
     or for the primary the Sentinels name, when ``REDIS_SENTINELS`` is set. ``timeout`` and
     ``connect_timeout`` bound each answer and each connection (``approvals doctor`` keeps
-    them short, to answer even when Redis does not).
+    them short, to answer even when Redis does not, and does not ``ride_out_failover``).
 
     Responses stay bytes: RQ shares this connection and needs them so.
     """
@@ -85,6 +99,8 @@ def connect(
     }
     if not settings.redis_sentinels:
         return redis.Redis.from_url(settings.redis_url, **options)
+    if ride_out_failover:
+        options["retry"] = FAILOVER_RETRY
     manager = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         settings.redis_sentinels, sentinel_kwargs=sentinel_options(settings)
     )

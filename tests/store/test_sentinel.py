@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import redis
@@ -13,9 +15,20 @@ from rq.scheduler import RQScheduler
 
 from approvals import store
 from approvals.config import Settings
+from approvals.models import Status
 from approvals.ops import doctor
 from approvals.ops.doctor import Level
-from tests.processes import ROOT, redis_binary, wait_until
+from tests.conftest import CHANNEL
+from tests.e2e import card_of, click, pause, tool_runs, wait_status
+from tests.processes import (
+    ROOT,
+    bot_url,
+    redis_binary,
+    start_bot,
+    start_worker,
+    wait_for_workers,
+    wait_until,
+)
 from tests.sentinels import Topology, restart_node, start_topology
 
 
@@ -140,3 +153,89 @@ def test_doctor_reports_the_primary_its_replicas_and_the_sentinels(topology):
         {**topology.env(db=1), "REDIS_SENTINELS": "127.0.0.1:9,127.0.0.1:9"}
     )
     assert doctor.check_sentinels(nowhere).level is Level.FAIL
+
+
+def test_the_primary_killed_while_agents_pause_and_people_click_loses_nothing(
+    topology, env, slack, tmp_path, monkeypatch
+):
+    """The bot and a worker given only the Sentinels, with ``APPROVALS_MIN_REPLICAS=1``;
+    agents pause and people approve while the primary is SIGKILLed. Every pause an agent was
+    told about is still there, every approved tool ran once, every card exists once, and the
+    service answered on the new primary with no process restarted."""
+    values = {**topology.env(db=2), "APPROVALS_MIN_REPLICAS": "1"}
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    env = {**env, **values}
+    settings = Settings.from_env(env)
+    conn = store.connection.connect(settings)
+    conn.flushdb()
+    bot = start_bot(env, tmp_path / "bot.log")
+    worker = start_worker(env, tmp_path / "worker.log", f"failover-{time.time_ns()}")
+    told: list[str] = []  # pauses the agent was told about
+    refused: list[str] = []  # what the agents were told instead, while there was no primary
+    stop = threading.Event()
+    try:
+        url = bot_url(bot)
+        wait_for_workers(env, [worker], 1)
+        pids = (bot.popen.pid, worker.popen.pid)
+
+        def agents_and_people() -> None:
+            """Pause, then approve the one before, over and over (errors are what people and
+            agents would see, and they try again)."""
+            n = 0
+            while not stop.is_set():
+                n += 1
+                try:
+                    told.append(pause(arguments={"path": f"p{n}"}))
+                except Exception as exc:
+                    refused.append(f"{type(exc).__name__}: {exc}")
+                if len(told) >= 2:
+                    click(slack, url, "approve", told[-2], "UALICE")
+
+        before = 4
+        loop = threading.Thread(target=agents_and_people, daemon=True)
+        loop.start()
+        wait_until(lambda: len(told) >= before, 30, "pauses before the failover")
+        old = topology.kill_primary()
+        new = topology.failover_done(old)
+        after = len(told)
+        wait_until(lambda: len(told) >= after + 3, 30, "pauses on the new primary")
+        stop.set()
+        loop.join(60)
+
+        # People retry what did not count (or was never clicked), until each is decided.
+        for approval_id in told:
+            card = card_of(slack, approval_id)
+            if store.records.load(conn, approval_id).status is Status.PENDING:
+                click(slack, url, "approve", approval_id, "UALICE", card.ts)
+            wait_until(
+                lambda a=approval_id, c=card: _approved_or_retried(conn, slack, url, a, c),
+                30,
+                f"{approval_id} to be approved",
+            )
+        for approval_id in told:
+            wait_status(conn, approval_id, Status.COMPLETED, timeout=60)
+
+        paths = sorted(r["arguments"]["path"] for r in tool_runs(env))
+        assert len(paths) == len(set(paths)) == len(told), "every approved tool ran once"
+        cards = [m for m in slack.messages(CHANNEL) if m.thread_ts is None]
+        for approval_id in told:
+            assert sum(approval_id in str(m.blocks) for m in cards) == 1, approval_id
+        assert (bot.popen.pid, worker.popen.pid) == pids
+        assert bot.popen.poll() is None and worker.popen.poll() is None
+        assert topology.primary_port() == new.port != old.port
+        assert len(told) >= before + 3
+    finally:
+        stop.set()
+        bot.stop()
+        worker.stop()
+        conn.close()
+        restart_node(topology, old) if "old" in locals() else None
+
+
+def _approved_or_retried(conn, slack, url, approval_id, card) -> bool:
+    """Whether the approval left pending; if not, click again (what a person would do)."""
+    if store.records.load(conn, approval_id).status is not Status.PENDING:
+        return True
+    click(slack, url, "approve", approval_id, "UALICE", card.ts)
+    return False
