@@ -95,13 +95,18 @@ def post_card_in_turn(
                 return mine
             time.sleep(wait)
             continue
-        ts = _post_head(client, conn, channel, turn, pace, approval_id)
+        ts = _post_head(client, conn, settings, channel, turn, approval_id)
         if turn.head == approval_id:
             mine = ts
 
 
 def _post_head(
-    client: WebClient, conn: redis.Redis, channel: str, turn: Turn, pace: Pace, approval_id: str
+    client: WebClient,
+    conn: redis.Redis,
+    settings: Settings,
+    channel: str,
+    turn: Turn,
+    approval_id: str,
 ) -> str | None:
     """Post the head's card while holding the channel's turn; then let the channel go, the
     head leaving the waiting list unless Slack may take it on a later try.
@@ -123,7 +128,8 @@ def _post_head(
     except SlackApiError as error:
         status = error.response.status_code
         if status == 429:
-            store.pacing.push_back(conn, channel, _retry_after(error), pace)
+            store.pacing.push_back(conn, channel, _retry_after(error), pace_of(settings))
+            store.metrics.count_safely(settings, "slack:retries:rate_limited")
             return None
         leaves = status < 500
         if head == approval_id or not leaves:
