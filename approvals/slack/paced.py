@@ -103,7 +103,7 @@ def post_card_in_turn(
                 return mine
             time.sleep(wait)
             continue
-        ts = _post_head(client, conn, channel, turn, pace, approval_id, before_post)
+        ts = _post_head(client, conn, settings, channel, turn, approval_id, before_post)
         if turn.head == approval_id:
             mine = ts
 
@@ -111,9 +111,9 @@ def post_card_in_turn(
 def _post_head(
     client: WebClient,
     conn: redis.Redis,
+    settings: Settings,
     channel: str,
     turn: Turn,
-    pace: Pace,
     approval_id: str,
     before_post: Callable[[str], None] | None,
 ) -> str | None:
@@ -139,7 +139,8 @@ def _post_head(
     except SlackApiError as error:
         status = error.response.status_code
         if status == 429:
-            store.pacing.push_back(conn, channel, _retry_after(error), pace)
+            store.pacing.push_back(conn, channel, _retry_after(error), pace_of(settings))
+            store.metrics.count_safely(settings, "slack:retries:rate_limited")
             return None
         leaves = status < 500
         if head == approval_id or not leaves:
