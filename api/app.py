@@ -13,7 +13,6 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 import redis
-import redis.asyncio as redis_async
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -59,8 +58,8 @@ def build_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # A blocking read lasts up to MAX_WAIT: the socket must outwait it (redis-py's default
         # read timeout would cut a long wait short with an error).
-        app.state.aconn = redis_async.Redis.from_url(
-            settings.redis_url, max_connections=4000, socket_timeout=MAX_WAIT + 15
+        app.state.aconn = store.connection.connect_async(
+            settings, max_connections=4000, socket_timeout=MAX_WAIT + 15
         )
         async with mcp_server.session_manager.run():
             yield
@@ -158,6 +157,7 @@ def _request(body: ApprovalBody, token: Token) -> external.ExternalRequest:
         agent=token.agent,
         schema=body.schema_,
         preview=body.preview,
+        fingerprint=body.fingerprint,
         requested_by=body.requested_by,
         idempotency_key=body.idempotency_key,
         run_id=body.run_id,
@@ -173,11 +173,15 @@ async def get_approval(
 ) -> dict[str, Any]:
     """The approval as it stands; with ``wait``, as soon as it is decided (at most ``wait`` s)."""
     conn = request.app.state.conn
-    approval = await run_in_threadpool(_owned, conn, approval_id, token)
+    approval = await run_in_threadpool(_seen, conn, approval_id, token)
     pending = wait > 0 and approval.status is Status.PENDING
     if pending and await store.callers.wait_answer(request.app.state.aconn, approval_id, wait):
-        approval = await run_in_threadpool(_owned, conn, approval_id, token)
+        approval = await run_in_threadpool(_seen, conn, approval_id, token)
     return external.answer(approval)
+
+
+def _seen(conn: redis.Redis, approval_id: str, token: Token) -> Approval:
+    return external.as_caller_sees(conn, _owned(conn, approval_id, token))
 
 
 def list_approvals(
@@ -192,7 +196,8 @@ def list_approvals(
     conn = request.app.state.conn
     if idempotency_key is not None:
         one = external.by_idempotency_key(conn, token.agent, idempotency_key)
-        return {"approvals": [] if one is None else [external.answer(one)]}
+        seen = None if one is None else external.as_caller_sees(conn, one)
+        return {"approvals": [] if seen is None else [external.answer(seen)]}
     found = external.pending_of(conn, token.agent, limit)
     return {"approvals": [external.answer(a) for a in found]}
 

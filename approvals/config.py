@@ -17,6 +17,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from approvals.errors import ConfigError
@@ -75,6 +76,11 @@ NUMBERS: dict[str, Bounds] = {
     "APPROVALS_REMIND_AFTER": Bounds(0, _YEAR, whole=False),
     "APPROVALS_ESCALATE_AFTER": Bounds(0, _YEAR, whole=False),
     "APPROVALS_PREVIEW_TIMEOUT": Bounds(0.1, 600, whole=False),
+    "APPROVALS_STALE_RETRIES": Bounds(0, 100, unit="times"),
+    "APPROVALS_MIN_REPLICAS": Bounds(0, 100, unit="replicas"),
+    "APPROVALS_MIN_REPLICAS_TIMEOUT": Bounds(0.01, 10, whole=False),
+    "APPROVALS_SLACK_PACE": Bounds(0.01, 1000, unit="posts a second", whole=False),
+    "APPROVALS_SLACK_BURST": Bounds(1, 100, unit="posts"),
 }
 
 #: The schemes each URL setting accepts (a SQLAlchemy URL may name a driver: ``sqlite+...``).
@@ -247,6 +253,26 @@ class Settings:
     #: Seconds a tool's ``preview=`` function may take when its call pauses (the card then
     #: says it timed out; the pause never waits longer).
     preview_timeout: float = 5.0
+    #: How many times a call whose state changed after its approval (its gate's
+    #: ``fingerprint``) is asked again; the next time, the model is told and re-plans.
+    stale_retries: int = 2
+    #: The Sentinels' ``(host, port)``; set, every process asks them where the primary is and
+    #: ``redis_url`` gives only the database, the user, the password and TLS.
+    redis_sentinels: tuple[tuple[str, int], ...] = ()
+    #: The name the Sentinels watch the primary under.
+    redis_sentinel_service: str | None = None
+    #: The Sentinels' own credentials and TLS (Sentinel has its own ``requirepass``).
+    redis_sentinel_username: str | None = None
+    redis_sentinel_password: str | None = None
+    redis_sentinel_tls: bool = False
+    #: Replicas that must hold a pause or a decision before it is acknowledged (Redis ``WAIT``).
+    min_replicas: int = 0
+    #: Seconds to wait for them; past it, the pause or decision is undone and refused.
+    min_replicas_timeout: float = 1.0
+    #: Cards posted a second in one channel, across every worker (0: Slack's own pace,
+    #: ``approvals.slack.limits``); and how many may go back to back in a quiet channel.
+    slack_pace: float = 0.0
+    slack_burst: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -300,6 +326,12 @@ class Settings:
             escalate_after=_number(env, "APPROVALS_ESCALATE_AFTER", 0.0),
             escalate_to=_escalate_to(env.get("APPROVALS_ESCALATE_TO")),
             preview_timeout=_number(env, "APPROVALS_PREVIEW_TIMEOUT", 5.0),
+            stale_retries=_whole(env, "APPROVALS_STALE_RETRIES", 2),
+            **_sentinel_settings(env),
+            min_replicas=_whole(env, "APPROVALS_MIN_REPLICAS", 0),
+            min_replicas_timeout=_number(env, "APPROVALS_MIN_REPLICAS_TIMEOUT", 1.0),
+            slack_pace=_number(env, "APPROVALS_SLACK_PACE", 0.0),
+            slack_burst=_whole(env, "APPROVALS_SLACK_BURST", 0),
         )
 
     def require(self, *names: str) -> None:
@@ -307,6 +339,49 @@ class Settings:
         for name in names:
             if not getattr(self, _ATTRIBUTE_OF[name]):
                 raise ConfigError(f"missing required setting {name}: {_WHY[name]}")
+
+
+def _sentinel_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """``REDIS_SENTINELS`` and its companions. The service name is required with the
+    addresses (a wrong default would watch nothing), and a Unix socket in ``REDIS_URL``
+    cannot name where a Sentinel-chosen primary is."""
+    sentinels = tuple(
+        _address("REDIS_SENTINELS", part) for part in _csv(env.get("REDIS_SENTINELS"))
+    )
+    service = _raw(env, "REDIS_SENTINEL_SERVICE")
+    if sentinels and not service:
+        raise ConfigError(
+            "REDIS_SENTINELS is set: set REDIS_SENTINEL_SERVICE to the name the Sentinels "
+            "watch the primary under (their `sentinel monitor NAME ...` line)"
+        )
+    if sentinels and (_raw(env, "REDIS_URL") or "").lower().startswith("unix:"):
+        raise ConfigError("REDIS_SENTINELS is set: REDIS_URL must be redis:// or rediss://")
+    return {
+        "redis_sentinels": sentinels,
+        "redis_sentinel_service": service,
+        "redis_sentinel_username": _raw(env, "REDIS_SENTINEL_USERNAME"),
+        "redis_sentinel_password": _raw(env, "REDIS_SENTINEL_PASSWORD"),
+        "redis_sentinel_tls": _flag(env, "REDIS_SENTINEL_TLS"),
+    }
+
+
+def _address(name: str, raw: str) -> tuple[str, int]:
+    """``host:port`` (an IPv6 host in brackets: ``[::1]:26379``)."""
+    host, _, port = raw.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{name} takes comma-separated host:port pairs, got {_shown(raw)}")
+    return host, int(port)
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    """On (``1``, ``true``, ``yes``, ``on``) or off (unset, ``0``, ``false``, ``no``, ``off``)."""
+    value = (_raw(env, name) or "").lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name} must be 1 or 0 (true or false), got {_shown(value)}")
 
 
 def _llm_log(raw: str | None) -> tuple[bool, str | None]:

@@ -89,6 +89,11 @@ class ToolAlreadyStarted(ApprovalsError):
     """An earlier attempt of this resume started the gated tool; it must not run again."""
 
 
+class NotReplicated(ApprovalsError):
+    """Fewer replicas than ``APPROVALS_MIN_REPLICAS`` confirmed a pause or a decision in
+    time: it was undone, so nothing counts and trying again is safe."""
+
+
 class ArchiveError(ApprovalsError):
     """The archive cannot be used: unreachable, or its schema is not the newest."""
 

@@ -8,6 +8,7 @@ Without ``BENCH_TOOL_LOG`` the tools do nothing but return, as an "instant tool"
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -49,6 +50,14 @@ def act(target: str, llm_tool_call: llm.ToolCall | None = None) -> str:
     at = time.time()  # the tool's first line: B1 ends here
     record("act", at, llm_tool_call, target=target)
     return f"acted on {target}"
+
+
+def state_of(target: str) -> str:
+    """A fingerprint as a tool's author would write one (B13): the SHA-256 and the mtime of
+    the file ``target`` names."""
+    with open(target, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    return f"{digest}:{os.stat(target).st_mtime_ns}"
 
 
 #: The characters of ``act_previewed``'s preview (B3 preview).

@@ -12,6 +12,7 @@ from approvals.errors import (
     CorruptRecord,
     InvalidArguments,
     NotAllowed,
+    NotReplicated,
     UnknownApproval,
 )
 from approvals.slack.cards import person
@@ -40,6 +41,8 @@ def explain(error: ApprovalsError) -> str:
             f"You already approved this; {error.count} of {error.required} approvals so far. "
             "It needs someone else now."
         )
+    if isinstance(error, NotReplicated):
+        return "Not recorded: Redis could not confirm it in time. Nothing changed; try again."
     if isinstance(error, NotAllowed):
         return f"Nothing changed: {error}."
     if isinstance(error, UnknownApproval):

@@ -194,6 +194,15 @@ NUMERIC: dict[str, tuple[str, list[str], dict[str, float]]] = {
     "APPROVALS_REMIND_AFTER": ("remind_after", ["-1", "31536001", "inf"], {"0": 0, "0.5": 0.5}),
     "APPROVALS_ESCALATE_AFTER": ("escalate_after", ["-0.5", "1e9"], {"0": 0, "600": 600}),
     "APPROVALS_PREVIEW_TIMEOUT": ("preview_timeout", ["0", "0.05", "601"], {"0.5": 0.5, "5": 5}),
+    "APPROVALS_STALE_RETRIES": ("stale_retries", ["-1", "101", "1.5"], {"0": 0, "2": 2}),
+    "APPROVALS_MIN_REPLICAS": ("min_replicas", ["-1", "101", "1.5"], {"0": 0, "2": 2}),
+    "APPROVALS_MIN_REPLICAS_TIMEOUT": (
+        "min_replicas_timeout",
+        ["0", "11"],
+        {"0.25": 0.25, "5": 5.0},
+    ),
+    "APPROVALS_SLACK_PACE": ("slack_pace", ["0", "-1", "1001"], {"0.5": 0.5, "20": 20}),
+    "APPROVALS_SLACK_BURST": ("slack_burst", ["0", "101", "1.5"], {"1": 1, "5": 5}),
 }
 #: Refused by every numeric setting, whatever its bounds.
 NOT_NUMBERS = ["ten", "nan", "-inf", "1e999", "0x10", "12s", "9" * 400, "\u0661\u0662"]
@@ -296,3 +305,46 @@ def test_webhook_secrets_are_read_newest_first():
     new, old = "whsec_" + "B" * 32, "whsec_" + "A" * 32
     settings = Settings.from_env({"APPROVALS_WEBHOOK_SECRET": f"{new}, {old}"})
     assert settings.webhook_secrets == (new, old)
+
+
+def test_sentinels_are_read_with_their_service_and_credentials():
+    """The Sentinels' addresses (IPv6 in brackets), the service, and their own user, password
+    and TLS; ``REDIS_URL`` stays what it was (its database, user, password and TLS count)."""
+    settings = Settings.from_env(
+        {
+            "REDIS_SENTINELS": "s1:26379, [::1]:26380",
+            "REDIS_SENTINEL_SERVICE": "approvals",
+            "REDIS_SENTINEL_USERNAME": "watcher",
+            "REDIS_SENTINEL_PASSWORD": "pw",
+            "REDIS_SENTINEL_TLS": "true",
+            "REDIS_URL": "rediss://app:pw@ignored:6379/4",
+        }
+    )
+    assert settings.redis_sentinels == (("s1", 26379), ("::1", 26380))
+    assert settings.redis_sentinel_service == "approvals"
+    assert (settings.redis_sentinel_username, settings.redis_sentinel_password) == ("watcher", "pw")
+    assert settings.redis_sentinel_tls is True
+    assert Settings.from_env({}).redis_sentinels == ()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"REDIS_SENTINELS": "s1"}, "REDIS_SENTINELS takes comma-separated host:port"),
+        ({"REDIS_SENTINELS": "s1:port"}, "REDIS_SENTINELS takes comma-separated host:port"),
+        ({"REDIS_SENTINELS": "s1:70000"}, "REDIS_SENTINELS takes comma-separated host:port"),
+        ({"REDIS_SENTINELS": "s1:26379"}, "set REDIS_SENTINEL_SERVICE"),
+        (
+            {
+                "REDIS_SENTINELS": "s1:26379",
+                "REDIS_SENTINEL_SERVICE": "a",
+                "REDIS_URL": "unix:///run/redis.sock",
+            },
+            "REDIS_URL must be redis:// or rediss://",
+        ),
+        ({"REDIS_SENTINEL_TLS": "maybe"}, "REDIS_SENTINEL_TLS must be 1 or 0"),
+    ],
+)
+def test_bad_sentinel_settings_stop_start_up_naming_the_variable(env, message):
+    with pytest.raises(ConfigError, match=message):
+        Settings.from_env(env)

@@ -14,7 +14,7 @@ import importlib.metadata
 import json
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -23,7 +23,7 @@ import redis
 from llm.parts import Message, ToolCallPart, ToolResultPart
 
 from approvals import store
-from approvals.calls import llm_log, outcomes
+from approvals.calls import fingerprints, llm_log, outcomes
 from approvals.calls.gate import (
     Gate,
     Screening,
@@ -47,18 +47,27 @@ from approvals.calls.tools import (
     check_allowed,
     import_tools,
     llm_tools,
+    module_allowed,
     tool_named,
     tool_refs,
 )
 from approvals.config import Settings
 from approvals.decisions import automatic, deadlines, grants, ijson, policy
-from approvals.errors import ConfigError, GateError, ResumeError, ToolAlreadyStarted
+from approvals.errors import (
+    ConfigError,
+    CorruptRecord,
+    GateError,
+    NotReplicated,
+    ResumeError,
+    ToolAlreadyStarted,
+)
 from approvals.models import (
     Approval,
     Decision,
     DecisionKind,
     GateOptions,
     SiblingResult,
+    ToolRef,
 )
 from approvals.models.grant import Call
 from approvals.models.outcome import Outcome
@@ -212,13 +221,73 @@ def _prepare(settings: Settings, tools: Sequence[Any], on_finish: str | None) ->
     load_plugins(settings)
     found = agent_tools(tools)
     refs = tool_refs(found)  # fail before the first model call, not at the pause
+    # First: its answer names the command that fixes it.
+    _check_workers_allow(settings, refs, on_finish)
     if settings.tool_modules:
         for ref in refs:
             try:
                 check_allowed(ref, settings.tool_modules)
             except ResumeError as exc:
                 raise GateError(str(exc)) from None
+    for gate in _gates(found):
+        if gate.options.fingerprint is not None:  # a worker must find it too
+            fingerprints.function_at(gate.options.fingerprint, settings.tool_modules)
     return found
+
+
+def _gates(tools: Sequence[AgentTool]) -> list[Gate]:
+    """The gates of the agent's tools (toolbox methods included)."""
+    found = []
+    for tool in tools:
+        functions = (
+            [t.implementation for t in tool.tools()] if isinstance(tool, llm.Toolbox) else [tool]
+        )
+        found += [g for g in map(gate_of, functions) if g is not None]
+    return found
+
+
+def _check_workers_allow(
+    settings: Settings, refs: Sequence[ToolRef], on_finish: str | None = None
+) -> None:
+    """``GateError`` when no live worker on the queue would import one of the tools (or
+    ``on_finish``), with the command that fixes it: better now than after a person clicked
+    Approve, when the worker's own check (which stays, as the security check) would fail the
+    run for good.
+
+    The workers advertise what they allow (``approvals.store.workers``). When none has, an
+    older worker or none running yet, nothing is refused here; nor when Redis cannot be read,
+    which the pause then reports.
+    """
+    try:
+        conn = store.connection.shared_connection(settings)
+        lists = store.workers.allow_lists(conn, settings.queue)
+        dev = store.workers.dev_command(conn) if lists else None
+    except (redis.RedisError, CorruptRecord):
+        return
+    if not lists:
+        return
+    needed: dict[str, list[str]] = {}
+    for name, path in [*((ref.name, ref.path) for ref in refs), ("on_finish", on_finish or "")]:
+        if path:
+            needed.setdefault(path.partition(":")[0], []).append(name)
+    refused = [m for m in needed if not any(module_allowed(m, a) for a in lists)]
+    if not refused:
+        return
+    allowed = max(lists, key=len)
+    names = ", ".join(dict.fromkeys(n for m in refused for n in needed[m]))
+    if dev is not None:
+        fix = f"restart approvals dev with it allowed:\n  {dev} --tools {' --tools '.join(refused)}"
+    else:
+        value = ",".join([*allowed, *refused])
+        fix = (
+            "add it to APPROVALS_TOOL_MODULES of every approvals worker and restart them:\n"
+            f"  APPROVALS_TOOL_MODULES={value} approvals worker"
+        )
+    raise GateError(
+        f"the approvals workers on this Redis import tools only from {', '.join(allowed)}, "
+        f"not from {', '.join(refused)} ({names}): a paused run could never resume. To "
+        f"fix it, {fix}"
+    )
 
 
 _Model = TypeVar("_Model", SyncModel, AsyncModel)
@@ -301,6 +370,7 @@ def resume(
     approval: Approval,
     on_tool_start: Callable[[], None] | None = None,
     saved: list[dict[str, Any]] | None = None,
+    stale: Collection[str] = (),
 ) -> Resumed:
     """Continue a decided approval's chain from its saved history (called by the worker).
 
@@ -308,6 +378,8 @@ def resume(
     so that work around the run (updating the card) never delays the tool. ``saved`` is the
     history when the caller has read it already (``store.records.load_with_history``). A run started
     with ``run_agent_async`` resumes on llm's async API, in an event loop of its own.
+    ``stale``: the approvals whose state changed after their decision and are asked no more;
+    their tools do not run, and the model receives ``STALE_REFUSAL`` instead.
 
     Raises:
         ResumeError: a tool or the model cannot be found, or a tool changed since the pause.
@@ -321,7 +393,7 @@ def resume(
     ran: dict[str, dict[str, Any]] = {}
     turn = _decided_turn(approval)
     before_call, after_call = _decision_hooks(
-        conn, turn, on_tool_start, ran, settings.preview_timeout
+        conn, turn, on_tool_start, ran, settings.preview_timeout, stale
     )
     context = _RunContext(
         conn=conn,
@@ -405,6 +477,7 @@ def _decision_hooks(
     on_tool_start: Callable[[], None] | None,
     ran: dict[str, dict[str, Any]],
     preview_timeout: float,
+    stale: Collection[str] = (),
 ) -> tuple[
     Callable[[llm.Tool | None, llm.ToolCall], None],
     Callable[[llm.Tool, llm.ToolCall, llm.ToolResult], None],
@@ -423,7 +496,7 @@ def _decision_hooks(
         if approval is None or approval.decision is None:
             return
         decision = approval.decision
-        refused = refusal_text(decision)
+        refused = STALE_REFUSAL if approval.id in stale else refusal_text(decision)
         if refused is not None:
             raise llm.CancelToolCall(refused)
         if decision.kind is DecisionKind.EDIT and decision.arguments is not None:
@@ -472,6 +545,11 @@ def _preview_of(tool: llm.Tool | None, arguments: dict[str, Any], timeout: float
     if gate is None or gate.options.preview is None:
         return None
     return compute_preview(gate.options.preview, dict(arguments), timeout)
+
+
+#: What the model receives (after llm's ``Cancelled: ``) for a call whose state changed after
+#: its approval once too often (``APPROVALS_STALE_RETRIES``): it re-plans, as after a rejection.
+STALE_REFUSAL = "the state changed after approval"
 
 
 def refusal_text(decision: Decision) -> str | None:
@@ -638,6 +716,10 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         approval.rule_id = rule_id
         preview = _preview(asked_gate, asked_call, settings)
         approval.set_preview(preview)
+        if options.fingerprint is not None:  # fails closed: nothing pauses on an unknown state
+            approval.fingerprint = fingerprints.compute(
+                options.fingerprint, asked_call.arguments, settings.tool_modules
+            )
         events = automatic.verdict_events(asked_verdict) if asked_verdict is not None else []
         made.append((approval, options, events, preview))
     # One card for the turn: it goes where the lead's goes, and every call of it knows the
@@ -652,6 +734,11 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
             approval.channel = lead.channel
     # One transaction: the approvals exist with the card job and their deadlines, or not at
     # all. The run's stream outlives the longest wait for a decision by the outcome's TTL.
+    # With APPROVALS_MIN_REPLICAS, what tells people of the pause (its card job, its
+    # webhooks' entries) waits until replicas confirm the pause: unconfirmed, it is withdrawn
+    # before anyone heard of it.
+    confirm = settings.min_replicas > 0
+    held: list[str] | None = [] if confirm else None
     pipe = None
     run_ttl = None if None in longest else int(max(w or 0 for w in longest)) + settings.result_ttl
     for approval, _, events, preview in made:
@@ -659,12 +746,27 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         # the outcome finds the others through it.
         pipe = store.records.create(
             context.conn, approval, history if approval is lead else [], run_ttl=run_ttl,
-            events=events, pipeline=pipe, in_run=approval is lead, preview=preview,
+            events=events, pipeline=pipe, in_run=approval is lead, preview=preview, outbox=held,
         )  # fmt: skip
         deadlines.schedule(pipe, settings, approval)
     assert pipe is not None
-    queue.enqueue_card(context.conn, settings, lead.id, pipeline=pipe)
+    if confirm:
+        pipe.execute()
+        if not store.replication.replicated(context.conn, settings):
+            store.records.withdraw(context.conn, [made_one[0] for made_one in made])
+            raise NotReplicated(
+                f"the pause was not recorded: fewer than {settings.min_replicas} Redis "
+                "replica(s) confirmed it in time (APPROVALS_MIN_REPLICAS); nothing is waiting "
+                "for a decision, try again"
+            )
+        pipe = context.conn.pipeline(transaction=True)
+        pipe.multi()
+        store.records.push_outbox(pipe, held or [])
+    queue.enqueue_card(context.conn, settings, lead.id, lead.channel, pipeline=pipe)
     pipe.execute()
+    if confirm and not store.replication.replicated(context.conn, settings):
+        # The pause itself is on the replicas; a failover now could lose only its card job.
+        log.warning("approval %s: replicas did not confirm its card job", lead.id)
     return lead.id
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
@@ -47,6 +47,9 @@ class ExternalRequest:
     agent: str
     schema: dict[str, Any] | None = None
     preview: str | None = None
+    #: The state the decision depends on, named by the caller: signed into the receipt and
+    #: given back with the decision, so the service that acts can refuse a changed state.
+    fingerprint: str | None = None
     requested_by: str | None = None
     idempotency_key: str | None = None
     #: Groups the requests of one task, for the card's "This tool, this run" grant.
@@ -164,6 +167,7 @@ def _new_approval(
         tools=[ToolRef(name=request.tool, path="", schema=schema)],
         channel=channel,
         summary=options.summary,
+        fingerprint=request.fingerprint,
         requested_by=request.requested_by,
         policy=options.policy,
         secret_arguments=secret_names(names, settings.secret_names),
@@ -183,7 +187,7 @@ def _save(
     pipe = store.records.create(
         conn, approval, [], run_ttl=_run_ttl(settings, approval), events=events, preview=preview
     )
-    queue.enqueue_card(conn, settings, approval.id, pipeline=pipe)
+    queue.enqueue_card(conn, settings, approval.id, approval.channel, pipeline=pipe)
     deadlines.schedule(pipe, settings, approval)
     pipe.execute()
 
@@ -238,6 +242,19 @@ def report_result(
     return store.records.load(conn, approval_id)
 
 
+def as_caller_sees(conn: redis.Redis, approval: Approval) -> Approval:
+    """The approval as its caller may see it: a decision whose after-steps are still owed (its
+    receipt not yet signed, its audit entry not yet written) still reads as ``pending``.
+
+    A caller acts on what it reads: shown a decision before its receipt exists, it would call
+    the downstream service with none and be refused. The wait (``?wait=``) wakes only once the
+    after-steps are done, and a plain read agrees with it.
+    """
+    if approval.status is Status.PENDING or not store.owed.owing(conn, [approval.id]):
+        return approval
+    return replace(approval, status=Status.PENDING, decision=None, receipt=None)
+
+
 def answer(approval: Approval) -> dict[str, Any]:
     """The JSON every caller receives (``GET /v1/approvals/{id}``, the MCP tool, the client)."""
     decision = approval.decision
@@ -268,6 +285,8 @@ def answer(approval: Approval) -> dict[str, Any]:
             "decided_by": decision.decided_by.value,
             "rule_id": decision.rule_id,
             "grant_id": decision.grant_id,
+            # The state it was decided on (the caller's own fingerprint), as the receipt says.
+            "fingerprint": approval.fingerprint,
         }
     if approval.result is not None:
         ok = approval.status is Status.COMPLETED

@@ -27,6 +27,7 @@ from approvals.errors import (
     CorruptRecord,
     InvalidArguments,
     NotAllowed,
+    NotReplicated,
     UnknownApproval,
 )
 from approvals.models import (
@@ -173,6 +174,9 @@ def decide(
         if _signs(settings, decision)
         else store.transitions.OWED_DECISION
     )
+    # Read before the decision removes them: undoing it (replicas did not confirm) puts
+    # them back.
+    due = store.transitions.deadlines_of(conn, approval_id) if settings.min_replicas else []
     if kind is DecisionKind.REJECT:
         won = store.transitions.transition(
             conn,
@@ -183,6 +187,7 @@ def decide(
         )
         if not won.ok:
             _lost(conn, approval_id, actor, won.previous, won.decided_by)
+        _confirm(conn, settings, approval, actor, Status.REJECTED, due)
     approvers: tuple[str, ...] = (actor,)
     if kind is not DecisionKind.REJECT:
         required = approval.policy.approvals_required if kind is DecisionKind.APPROVE else 1
@@ -193,12 +198,39 @@ def decide(
             _lost(conn, approval_id, actor, vote.previous, vote.decided_by)
         if vote.outcome == "duplicate":
             raise AlreadyVoted(approval_id, vote.count, required)
+        _confirm(conn, settings, approval, actor, kind.status, due)
         if vote.outcome == "counted":
             store.audit.append(conn, approval_id, "approval_counted", actor, count=vote.count)
             return store.records.load(conn, approval_id)
         approvers = vote.voters or approvers
     _after_decision(conn, settings, approval, decision, approvers)
     return store.records.load(conn, approval_id)
+
+
+def _confirm(
+    conn: redis.Redis,
+    settings: Settings,
+    approval: Approval,
+    actor: str,
+    target: Status,
+    due: Sequence[tuple[str, float]],
+) -> None:
+    """With ``APPROVALS_MIN_REPLICAS``, a vote or decision counts only once that many
+    replicas hold it; otherwise it is taken back (nothing followed it yet) and refused.
+
+    Raises:
+        NotReplicated: the click did not count; trying again is safe.
+    """
+    if store.replication.replicated(conn, settings):
+        return
+    store.transitions.undo_decision(conn, approval, actor, target, due)
+    log.warning(
+        "approval %s: %s's decision undone: replicas did not confirm it", approval.id, actor
+    )
+    raise NotReplicated(
+        f"not recorded: fewer than {settings.min_replicas} Redis replica(s) confirmed it "
+        "in time; try again"
+    )
 
 
 @dataclass(frozen=True)
@@ -392,6 +424,7 @@ def _sign(
         agent=approval.agent,
         ttl=settings.receipt_ttl,
         preview_sha256=approval.preview_sha256,
+        fingerprint=approval.fingerprint,
     )
 
 
@@ -517,7 +550,9 @@ def _plan(
             # No chain to resume: the decision, and its receipt, go to the caller waiting.
             store.callers.wake_caller(pipe, approval.id, settings.result_ttl)
         elif not stops and not approval.in_turn:
-            queue.enqueue_resume(conn, settings, approval.id, pipeline=pipe)
+            # Asked again after the state changed: its first resume job is kept by RQ still.
+            again = approval.stale > 0
+            queue.enqueue_resume(conn, settings, approval.id, again=again, pipeline=pipe)
 
     return events, more
 

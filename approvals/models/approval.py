@@ -10,6 +10,8 @@ An approval is one paused tool call waiting for people. Its life::
                         ▲                       ├──► failed
                         └── retry ── interrupted ◄┘  (the worker died while the gated tool
                                                      may have been running)
+    running ──► pending   (stale: the state the gate's ``fingerprint`` names changed between
+                           the decision and the run; the tool did not run, people decide again)
 
 A rejected or expired approval whose gate says ``on_reject="stop"`` is never resumed: its run
 ends there. An *external* approval (asked through the HTTP API, ``approvals.calls.external``) has no
@@ -66,7 +68,9 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.PENDING: DECIDED,
     **{decided: frozenset({Status.RUNNING}) for decided in DECIDED},
     # Back to the decision when the worker died before the gated tool started (safe to rerun).
-    Status.RUNNING: FINISHED | {Status.INTERRUPTED} | DECIDED,
+    # Back to waiting when the state changed since the decision (``fingerprint``), before
+    # the tool started: someone must decide again.
+    Status.RUNNING: FINISHED | {Status.INTERRUPTED, Status.PENDING} | DECIDED,
     # Retry restores the original decision, so the resume runs exactly as decided.
     Status.INTERRUPTED: DECIDED,
     Status.COMPLETED: frozenset(),
@@ -241,6 +245,9 @@ class Approval:
     preview_length: int = 0
     #: The policy rule that required this review, or decided it automatically.
     rule_id: str | None = None
+    #: The state the decision depends on, as the gate's ``fingerprint`` named it at the
+    #: pause (or an API caller sent it): the worker computes it again before the tool runs.
+    fingerprint: str | None = None
     #: Seconds between reminders to the approvers (0: none); at most ``MAX_REMINDERS``.
     remind_after: float = 0.0
     #: Seconds after which the card is escalated to ``escalate_to`` (0: never).
@@ -263,6 +270,9 @@ class Approval:
     receipt: str | None = None
     #: When the card was escalated (None: not, or not yet).
     escalated_at: float | None = None
+    #: How many times the state changed between a decision and its run (each time the
+    #: approval went back to waiting).
+    stale: int = 0
     #: The turn's approvals as read with this one (``store.records.load``), lead first; never
     #: stored.
     turn_calls: tuple[Approval, ...] = field(default=(), repr=False, compare=False)
@@ -320,6 +330,7 @@ class Approval:
             "tool_finished_at",
             "receipt",
             "escalated_at",
+            "stale",
             "turn_calls",
         )
         for mutable in mutable_fields:
@@ -327,8 +338,9 @@ class Approval:
         if not self.turn:  # most calls are alone in their turn: nothing stored for them
             del data["turn"]
         data["policy"] = options_to_dict(self.policy, CARRIED)
-        if self.policy.webhook is None:  # most gates have none: not stored for each approval
-            del data["policy"]["webhook"]
+        for rare in ("webhook", "fingerprint"):  # most gates have none: not stored for each
+            if getattr(self.policy, rare) is None:
+                del data["policy"][rare]
         return data
 
     def stored_record(self) -> str:
@@ -511,6 +523,7 @@ def approval_from_parts(
         preview_sha256=_get(record, "preview_sha256", str, optional=True),
         preview_length=_get(record, "preview_length", int, optional=True) or 0,
         rule_id=_get(record, "rule_id", str, optional=True),
+        fingerprint=_get(record, "fingerprint", str, optional=True),
         remind_after=_optional_time(record, "remind_after"),
         escalate_after=_optional_time(record, "escalate_after"),
         escalate_to=_strings(record.get("escalate_to", []), "escalate_to"),

@@ -20,6 +20,7 @@ it keeps (any iterable of names, kept as a tuple), and mypy types ``attrs`` conv
 from __future__ import annotations
 
 import math
+import sys
 import textwrap
 import types
 import typing
@@ -98,6 +99,37 @@ def _about(doc: str, **more: Any) -> dict[str, About]:
 def _names(value: Iterable[str] | None) -> tuple[str, ...] | None:
     """Names as a tuple (a bare string is refused before this runs: ``__attrs_pre_init__``)."""
     return None if value is None else tuple(value)
+
+
+#: The longest fingerprint (a hash, a version, a commit): it is stored on the approval and
+#: signed into its receipt, so it names the state, it does not hold it.
+FINGERPRINT_LONGEST = 200
+
+
+def _function_path(value: Callable[..., Any] | str | None) -> str | None:
+    """``fingerprint``'s function as the dotted path a worker imports it by
+    (``module:qualname``); a path passes unchanged. A function a worker could never import
+    again (a lambda, a nested function, one defined in a script run as ``__main__``) is
+    refused here, where the gate is made, rather than at the pause."""
+    if value is None or isinstance(value, str):
+        return value
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if not callable(value) or not isinstance(module, str) or not isinstance(qualname, str):
+        raise TypeError(f"fingerprint must be a module-level function, not {value!r}")
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        raise TypeError(
+            f"fingerprint {qualname} must be a module-level function (a worker imports it "
+            "to check the state again before the tool runs), not a lambda or nested function"
+        )
+    if module == "__main__":
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        if spec is None:
+            raise TypeError(
+                f"fingerprint {qualname} is defined in a script run as __main__; a worker "
+                "cannot import it. Move it into a module (or run the script with python -m)."
+            )
+        module = spec.name
+    return f"{module}:{qualname}"
 
 
 def _choice(value: str) -> OnReject:
@@ -186,6 +218,14 @@ class GateOptions:
         " diff). It runs when the call pauses, for at most ``APPROVALS_PREVIEW_TIMEOUT``"
         " seconds; the card shows its head and the whole of it in a modal.",
         at_pause=True,
+    ))  # fmt: skip
+    fingerprint: str | None = attrs.field(default=None, converter=_function_path, metadata=_about(
+        "a module-level function (in ``APPROVALS_TOOL_MODULES``) that takes the call's"
+        " arguments and returns a short string naming the state the decision depends on (a"
+        " file's hash and mtime, a row's version, a git commit). Computed at the pause and"
+        " again just before the tool runs: if it differs, the tool does not run and people"
+        " decide again (docs/stale.md). Kept as its ``module:qualname``.",
+        shortest=3,
     ))  # fmt: skip
 
     def __attrs_pre_init__(self, **given: Any) -> None:

@@ -18,6 +18,9 @@ are counted without their usual clean-up).
   policy deletes keys, pending approvals included) and used memory against ``maxmemory``.
 - ``retention``: finished approvals Redis still holds, and what the retention sweep will
   free now (``approvals.ops.retention``).
+- ``replication`` (with ``REDIS_SENTINELS`` or ``APPROVALS_MIN_REPLICAS``): the primary's
+  replicas, their lag and persistence; fails with fewer in sync than the minimum.
+- ``sentinels`` (with ``REDIS_SENTINELS``): each answers and all name the same primary.
 - ``archive`` (with ``APPROVALS_ARCHIVE_URL`` only): it answers, at this version's schema.
 - ``slack``: ``auth.test`` with ``SLACK_BOT_TOKEN``.
 - ``scopes``: the token's scopes, from the ``X-OAuth-Scopes`` header of ``auth.test``.
@@ -91,9 +94,8 @@ def run_checks(settings: Settings) -> list[Check]:
 
 
 def _redis_checks(settings: Settings) -> list[Check]:
-    # Not store.connection.connect(): a doctor must answer even when Redis is a black hole,
-    # so it times out.
-    conn = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=5)
+    # Short timeouts: a doctor must answer even when Redis is a black hole.
+    conn = store.connection.connect(settings, timeout=5, connect_timeout=5)
     try:
         first = check_redis(conn, settings)
         later: list[tuple[str, Callable[[], Check]]] = [
@@ -105,6 +107,10 @@ def _redis_checks(settings: Settings) -> list[Check]:
             ("memory", lambda: check_memory(conn)),
             ("retention", lambda: check_retention(conn, settings)),
         ]
+        if settings.redis_sentinels or settings.min_replicas:  # shown only where in use
+            later.append(("replication", lambda: check_replication(conn, settings)))
+        if settings.redis_sentinels:
+            later.append(("sentinels", lambda: check_sentinels(settings)))
         if settings.webhook_urls:  # shown only where webhooks are in use
             later.append(("webhooks", lambda: check_webhooks(conn, settings)))
         if first.level is Level.FAIL:
@@ -118,7 +124,7 @@ def start_problem(settings: Settings) -> str | None:
     """Why a service cannot start, in the words of the ``redis``, ``slack`` and ``socket``
     checks: Redis does not answer or refuses, or Slack does not answer or refuses a token;
     None when both answer. ``approvals bot`` asks before it serves."""
-    conn = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=5)
+    conn = store.connection.connect(settings, timeout=5, connect_timeout=5)
     try:
         conn.ping()  # not INFO, as the check does: an ACL user without @dangerous may not
     except redis.RedisError as exc:
@@ -157,8 +163,8 @@ def _guarded(name: str, check: Callable[[], Check]) -> Check:
 
 
 def check_redis(conn: redis.Redis, settings: Settings) -> Check:
-    """Redis answers at ``REDIS_URL`` and is at least version 5."""
-    where = safe_url(settings.redis_url)
+    """Redis answers at ``REDIS_URL`` (or where the Sentinels say) and is at least version 5."""
+    where = store.connection.describe(settings)
     try:
         info = conn.info("server")
     except redis.RedisError as exc:
@@ -176,7 +182,7 @@ def check_redis(conn: redis.Redis, settings: Settings) -> Check:
 def redis_problem(settings: Settings, exc: redis.RedisError) -> str:
     """What failed, where and what to do, in one line, for a Redis that refused or did not
     answer: this check's message, and what every command says instead of a traceback."""
-    where = safe_url(settings.redis_url)
+    where = store.connection.describe(settings)
     if isinstance(exc, redis.AuthenticationError):
         return (
             f"Redis at {where} refused the credentials ({exc}): check the user and password "
@@ -234,6 +240,97 @@ def check_persistence(conn: redis.Redis) -> Check:
     fsync = config.get("appendfsync", "")
     level, loses = _FSYNC.get(fsync, (Level.WARN, "unknown policy"))
     return Check("persistence", level, f"AOF is on, appendfsync {fsync}: {loses}")
+
+
+#: A replica further behind than this many seconds of its last contact is worth a warning.
+REPLICA_LAG_WARN = 10
+
+
+def check_replication(conn: redis.Redis, settings: Settings) -> Check:
+    """The primary's replicas, each with its lag and its persistence; fails when fewer are
+    in sync than ``APPROVALS_MIN_REPLICAS`` (every pause and click would be refused)."""
+    info = conn.info("replication")
+    if info.get("role") != "master":
+        return Check("replication", Level.FAIL, f"the Redis reached is a {info.get('role')}")
+    replicas = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
+    offset = int(info.get("master_repl_offset", 0))
+    parts, level = [], Level.OK
+    online = 0
+    for replica in replicas:
+        where = f"{replica.get('ip')}:{replica.get('port')}"
+        behind = offset - int(replica.get("offset", 0))
+        lag = int(replica.get("lag", 0))
+        state = str(replica.get("state"))
+        online += state == "online"
+        aof = _replica_persistence(settings, str(replica.get("ip")), int(replica["port"]))
+        if state != "online" or lag > REPLICA_LAG_WARN or aof != "AOF on":
+            level = Level.WARN
+        parts.append(f"{where} {state}, lag {lag} s, {behind} bytes behind, {aof}")
+    wanted = settings.min_replicas
+    summary = f"{len(replicas)} replica(s)" + (": " + "; ".join(parts) if parts else "")
+    if online < wanted:
+        return Check(
+            "replication",
+            Level.FAIL,
+            f"{summary}; APPROVALS_MIN_REPLICAS is {wanted}: with {online} in sync every "
+            "pause and every click is refused",
+        )
+    if not replicas:
+        level = Level.WARN
+        summary += ": losing this primary loses everything in it"
+    return Check(
+        "replication", level, summary + (f"; at least {wanted} must confirm" if wanted else "")
+    )
+
+
+def _replica_persistence(settings: Settings, host: str, port: int) -> str:
+    """Whether a replica writes an AOF (a replica promoted without one forgets on a crash)."""
+    client = store.connection.node_client(settings, host, port, timeout=5)
+    try:
+        return "AOF on" if _config(client, "appendonly").get("appendonly") == "yes" else "AOF off"
+    except redis.RedisError as exc:
+        return f"persistence unknown ({type(exc).__name__})"
+    finally:
+        client.close()
+
+
+def check_sentinels(settings: Settings) -> Check:
+    """Every Sentinel answers and names the same primary, and it is the one answering; a
+    majority must answer for a failover to happen at all."""
+    named: dict[str, str] = {}
+    problems: list[str] = []
+    service = settings.redis_sentinel_service or ""
+    for where, client in store.connection.sentinel_clients(settings, timeout=5):
+        try:
+            address = client.sentinel_get_master_addr_by_name(service)
+        except redis.RedisError as exc:
+            problems.append(f"{where} does not answer ({type(exc).__name__}: {exc})")
+            continue
+        finally:
+            client.close()
+        if not address:
+            problems.append(f"{where} does not watch {service!r}")
+            continue
+        host, port = cast(tuple[Any, Any], address)
+        named[where] = f"{_text(host)}:{port}"
+    total = len(settings.redis_sentinels)
+    primaries = set(named.values())
+    if len(primaries) > 1:
+        found = ", ".join(f"{w} says {p}" for w, p in named.items())
+        return Check("sentinels", Level.FAIL, f"the Sentinels disagree on the primary: {found}")
+    if len(named) <= total // 2:
+        return Check(
+            "sentinels",
+            Level.FAIL,
+            f"{len(named)} of {total} Sentinels name a primary: no majority, so no failover; "
+            + "; ".join(problems),
+        )
+    message = f"{len(named)} of {total} Sentinels agree: the primary of {service!r} is " + next(
+        iter(primaries)
+    )
+    if problems:
+        return Check("sentinels", Level.WARN, message + "; " + "; ".join(problems))
+    return Check("sentinels", Level.OK, message)
 
 
 def _config(conn: redis.Redis, *names: str) -> dict[str, str]:

@@ -59,13 +59,14 @@ _TYPES = {
     "escalated": "approval.escalated",
     "resume_started": "approval.running",
     "interrupted": "approval.interrupted",
+    "stale": "approval.stale",
 }
 _ENDED = {
     "completed": "approval.completed",
     "failed": "approval.failed",
     "paused": "approval.paused",
 }
-_STATUS = {"paused": "pending", "resume_started": "running"}
+_STATUS = {"paused": "pending", "resume_started": "running", "stale": "pending"}
 
 
 class DeliveryFailed(ApprovalsError):

@@ -416,9 +416,17 @@ def _confirm(title: str, text: str, confirm: str) -> Block:
     }
 
 
+#: Said on a card asked again because the state its decision depended on changed.
+STALE_NOTICE = (
+    ":warning: *Changed since it was approved*: the state this call depends on is not what it"
+    " was when it was approved, so it did not run. Look again and decide."
+)
+
+
 def _state_blocks(approval: Approval) -> list[Block]:
     if approval.status is Status.PENDING:
-        return [_context(_STATUS_LINE[Status.PENDING]), build_buttons(approval)]
+        stale = [_section(STALE_NOTICE)] if approval.stale else []
+        return [*stale, _context(_STATUS_LINE[Status.PENDING]), build_buttons(approval)]
     if approval.status is Status.INTERRUPTED:
         retry = _button(RETRY_ACTION, "Retry", approval, "danger")
         retry["confirm"] = _confirm(
@@ -502,6 +510,18 @@ def build_interrupted_message(approval: Approval) -> list[Block]:
         _section(
             f":warning: The worker stopped during the run. {what} It was not run again. "
             "*Retry* runs it once more, as decided; the tool gets the same idempotency key."
+        )
+    ]
+
+
+def build_stale_message(approved: str | None, found: str | None) -> list[Block]:
+    """The thread reply when the state changed between the decision and the run."""
+    now = f"`{truncate(found, 200)}`" if found else "a state that could not be read"
+    was = f"`{truncate(approved, 200)}`" if approved else "the state at the pause"
+    return [
+        _section(
+            f":warning: The state this call depends on changed since it was approved ({was},"
+            f" now {now}), so it did not run. The card asks again."
         )
     ]
 

@@ -40,3 +40,12 @@ def truncate(text: str, limit: int, note: str = "…") -> str:
     if len(text) <= limit:
         return text
     return text[: max(0, limit - len(note))] + note
+
+#: chat.postMessage: Slack allows about one message a second in a channel (its "special"
+#: tier), with short bursts above it; beyond that it may hide messages rather than refuse
+#: them, so cards are paced per channel before Slack has to say so
+#: (``approvals.store.pacing``; ``APPROVALS_SLACK_PACE`` overrides it).
+POSTS_PER_SECOND = 1.0
+#: Posts let through back to back in a channel that has been quiet. Slack tolerates short
+#: bursts without saying how short; this stays small (``APPROVALS_SLACK_BURST``).
+POST_BURST = 2

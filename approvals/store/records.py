@@ -22,6 +22,7 @@ from approvals.models.preview import Preview
 from approvals.secrets import mask_text
 from approvals.store.audit import audit_entry, new_trail
 from approvals.store.connection import eval_script, json_value, text
+from approvals.store.deadlines import drop_deadline
 from approvals.store.keys import (
     DECIDED_KEY,
     EVENTS_KEY,
@@ -100,6 +101,7 @@ def create(
     pipeline: Any = None,
     in_run: bool = True,
     preview: Preview | None = None,
+    outbox: list[str] | None = None,
 ) -> Any:
     """Queue the writes that create a pending approval on a transactional pipeline (a new
     one, or ``pipeline`` when several approvals are created together: the calls of a turn).
@@ -110,7 +112,8 @@ def create(
     both the approval and its card job exist, or neither does. An approval with a ``run_id``
     is also added to its run's list of pauses, kept ``run_ttl`` seconds from now (a list, not
     the run's stream: a stream's first entry allocates a node of kilobytes, which every waiting
-    approval would carry).
+    approval would carry). Given ``outbox``, the webhooks' entries go there instead of to the
+    outbox, for the caller to push once the pause stands (``push_outbox``).
     """
     pipe = pipeline
     if pipe is None:
@@ -131,10 +134,12 @@ def create(
     first = audit_entry(
         "paused", approval.agent, tool=approval.tool_name, **preview_shown(approval)
     )
-    lines, outbox = new_trail(approval.id, [first, *events])
+    lines, entries = new_trail(approval.id, [first, *events])
     pipe.rpush(audit_key(approval.id), *lines)
-    if outbox:
-        pipe.rpush(EVENTS_KEY, *outbox)
+    if outbox is not None:
+        outbox.extend(entries)
+    elif entries:
+        pipe.rpush(EVENTS_KEY, *entries)
     if approval.run_id is not None and in_run:
         pipe.rpush(run_pauses_key(approval.run_id), approval.id)
         if run_ttl is None:  # it waits indefinitely, and so may its run's waiters
@@ -142,6 +147,26 @@ def create(
         else:
             pipe.expire(run_pauses_key(approval.run_id), max(run_ttl, 1))
     return pipe
+
+
+def push_outbox(pipe: Any, entries: Sequence[str]) -> None:
+    """Queue the webhooks' entries ``create`` set aside on ``pipe``."""
+    if entries:
+        pipe.rpush(EVENTS_KEY, *entries)
+
+
+def withdraw(conn: redis.Redis, approvals: Sequence[Approval]) -> None:
+    """Delete pauses just created, before anyone was told of them (no card job, no webhook
+    entry yet): their records, histories, trails, places in the indexes and deadlines."""
+    pipe = conn.pipeline(transaction=True)
+    for approval in approvals:
+        pipe.delete(approval_key(approval.id), history_key(approval.id), audit_key(approval.id))
+        pipe.zrem(PENDING_KEY, approval.id)
+        for kind in ("expire", "warn", "remind", "escalate"):
+            drop_deadline(pipe, kind, approval.id)
+        if approval.run_id is not None:
+            pipe.lrem(run_pauses_key(approval.run_id), 0, approval.id)
+    pipe.execute()
 
 
 # KEYS: approval hash, decided zset, audit list. ARGV: id, now, record, status, decision,
@@ -217,6 +242,9 @@ def from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
     if approval.id != approval_id:
         raise CorruptRecord(f"approval {approval_id} holds the record of {approval.id}")
     approval.receipt = text(raw.get(b"receipt")) or None
+    approval.stale = _count(raw.get(b"stale"))
+    # The state it waits on again, once the state changed after a decision.
+    approval.fingerprint = text(raw.get(b"fingerprint")) or approval.fingerprint
     return approval
 
 
@@ -246,6 +274,12 @@ def load_preview(conn: redis.Redis, approval: Approval) -> Preview | None:
     if whole is None or whole.sha256 != approval.preview_sha256:
         return Preview(f"{head.text}\n… (the rest of this preview is no longer kept)", head.kind)
     return Preview(mask_text(whole.text, approval.arguments, approval.shown_arguments), head.kind)
+def _count(raw: bytes | None) -> int:
+    """A count the hash holds (0 when absent or not a count: Redis is a trust boundary)."""
+    try:
+        return max(0, int(text(raw) or 0))
+    except ValueError:
+        return 0
 
 
 def load_history(conn: redis.Redis, approval_id: str) -> list[dict[str, Any]]:

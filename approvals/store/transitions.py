@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
 
 from approvals.models import (
+    Approval,
     Status,
     sources_of,
 )
@@ -116,6 +117,7 @@ for _, status in ipairs(cjson.decode(ARGV[4])) do
     if current ~= 'pending' and ARGV[9] ~= '' then owe(ARGV[9]) end
     track_running(current, ARGV[3])
     index_finished(ARGV[3])
+    if ARGV[3] == 'pending' then redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1]) end
     return {1, current, ''}
   end
 end
@@ -247,3 +249,55 @@ def vote(
     if code in (2, 3):
         return VoteResult("counted" if code == 2 else "duplicate", count=int(text(detail)))
     return VoteResult("lost", previous=text(detail), decided_by=text(decided_by) or None)
+
+
+# KEYS: approval hash, pending zset, decided zset, owed zset, deadlines zset. ARGV: id, actor,
+# target status, created_at, then deadline member/score pairs to put back.
+_UNDO_LUA = """
+local votes = cjson.decode(redis.call('HGET', KEYS[1], 'votes') or '[]')
+local kept = {}
+for _, voter in ipairs(votes) do
+  if voter ~= ARGV[2] then table.insert(kept, voter) end
+end
+if #kept == 0 then redis.call('HDEL', KEYS[1], 'votes')
+elseif #kept ~= #votes then redis.call('HSET', KEYS[1], 'votes', cjson.encode(kept)) end
+if redis.call('HGET', KEYS[1], 'status') ~= ARGV[3]
+    or redis.call('HGET', KEYS[1], 'decided_by') ~= ARGV[2]
+    or not redis.call('HGET', KEYS[1], 'owed') then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'status', 'pending')
+redis.call('HDEL', KEYS[1], 'decision', 'decided_by', 'decided_status', 'owed')
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+for i = 5, #ARGV, 2 do redis.call('ZADD', KEYS[5], ARGV[i + 1], ARGV[i]) end
+return 1
+"""
+
+#: The deadlines a decision removes (``leave_pending``), which its undoing puts back.
+_DEADLINE_KINDS = ("expire", "warn", "remind", "escalate")
+
+
+def deadlines_of(conn: redis.Redis, approval_id: str) -> list[tuple[str, float]]:
+    """The pending approval's deadlines, as ``undo_decision`` puts them back."""
+    members = [f"{kind}:{approval_id}" for kind in _DEADLINE_KINDS]
+    scores = cast(list[Any], conn.zmscore(DEADLINES_KEY, members))
+    return [(m, float(s)) for m, s in zip(members, scores, strict=True) if s is not None]
+
+
+def undo_decision(
+    conn: redis.Redis,
+    approval: Approval,
+    actor: str,
+    target: Status,
+    deadlines: Sequence[tuple[str, float]],
+) -> bool:
+    """Take back ``actor``'s vote or decision, which replicas did not confirm: the approval
+    is pending again, with its ``deadlines``, as if the click never came. Only while nothing
+    followed it (what it owed is still owed); True when a decision was undone."""
+    keys = [approval_key(approval.id), PENDING_KEY, DECIDED_KEY, OWED_KEY, DEADLINES_KEY]
+    args: list[Any] = [approval.id, actor, target.value, repr(approval.created_at)]
+    for member, score in deadlines:
+        args += [member, repr(score)]
+    return bool(eval_script(conn, _UNDO_LUA, keys, args))

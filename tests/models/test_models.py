@@ -84,9 +84,10 @@ def test_sources_of_running_are_the_decided_statuses():
     assert set(sources_of(Status.RUNNING)) == DECIDED
 
 
-def test_sources_of_pending_is_empty():
-    """Nothing ever goes back to pending."""
-    assert sources_of(Status.PENDING) == []
+def test_only_a_run_whose_state_changed_goes_back_to_pending():
+    """Nothing goes back to pending but a running approval whose state changed after its
+    decision, before its tool started (the gate's ``fingerprint``): people decide again."""
+    assert sources_of(Status.PENDING) == [Status.RUNNING]
 
 
 def test_decision_kinds_map_to_their_statuses():
@@ -606,6 +607,7 @@ def _every_option_set() -> GateOptions:
         remind_after=0,
         escalate_after=1.5,
         escalate_to=["C0ESC", "S0SRE"],
+        fingerprint="tests.agents.tools:schema_head",
     )
 
 
