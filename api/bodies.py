@@ -28,6 +28,7 @@ from approvals.api.answers import problem
 from approvals.decisions import ijson
 from approvals.models import UNSET, GateOptions
 from approvals.models.options import ABOUT, DEFAULTS, FINGERPRINT_LONGEST, SET_BY_API, Api, members
+from approvals.models.preview import CALLER_PREVIEW_CHARS
 
 #: The longest wait of one ``GET ...?wait=`` (a caller asks again for more).
 MAX_WAIT = 60.0
@@ -142,7 +143,7 @@ class _Asked(BaseModel):
     tool: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:/-]+$")
     arguments: dict[str, Any]
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    preview: str | None = Field(default=None, max_length=10_000)
+    preview: str | None = Field(default=None, max_length=CALLER_PREVIEW_CHARS)
     fingerprint: str | None = Field(
         default=None,
         min_length=1,

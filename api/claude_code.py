@@ -34,6 +34,7 @@ from typing import Any
 from approvals import previews
 from approvals.client import Client
 from approvals.config import Settings
+from approvals.models.preview import CALLER_PREVIEW_CHARS
 from approvals.slack.limits import SECTION_TEXT
 
 DEFAULT_TOOLS = "Bash|Write|Edit|MultiEdit"
@@ -195,7 +196,7 @@ def _ask(event: dict[str, Any], settings: Settings, timeout: float) -> dict[str,
             _tool_name(tool),
             arguments,
             summary=_summary(tool, arguments)[:500],
-            preview=_preview(event)[:10_000],
+            preview=cut_lines(_preview(event), CALLER_PREVIEW_CHARS),
             schema=schema_of(arguments),
             expires_in=max(timeout, 1.0),
             idempotency_key=idempotency_key_of(event),
@@ -247,6 +248,16 @@ def _preview(event: dict[str, Any]) -> str:
         fenced = escaped.replace("```", "`\u200b``")  # Slack's escapes; no fence of its own
         lines.append(f"```\n{fenced}\n```")
     return "\n".join(lines)
+
+
+def cut_lines(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters, cut after a whole line, saying how many are left
+    (a cut diff still reads as one)."""
+    if len(text) <= limit:
+        return text
+    note = "\n… ({} more lines not shown)"
+    kept = text[: text.rfind("\n", 0, limit - len(note) - 10) + 1] or text[: limit // 2]
+    return kept.rstrip("\n") + note.format(len(text[len(kept) :].splitlines()))
 
 
 def file_change(tool: str, arguments: dict[str, Any], cwd: str) -> str | None:

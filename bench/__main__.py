@@ -293,8 +293,8 @@ def agent_only(bench: Bench, plan: Plan, out: list[Figure]) -> None:
                 "ms",
                 cost.samples,
                 cost.floor,
-                "p50 ≤ 10 ms",
-                at_most(p50=10),
+                "p50 ≤ 5 ms",
+                at_most(p50=5),
                 detail={"stored_history_bytes": cost.stored_bytes[:1],
                         "preview_chars": tools.PREVIEW_CHARS},
             )

@@ -73,7 +73,7 @@ from approvals.models.grant import Call
 from approvals.models.outcome import Outcome
 from approvals.models.preview import Preview
 from approvals.proof import receipts
-from approvals.secrets import secret_names
+from approvals.secrets import mask_text, secret_names
 from approvals.slack.limits import SIBLING_PREVIEW
 from approvals.store import queue
 
@@ -505,6 +505,10 @@ def _decision_hooks(
             preview = _preview_of(tool, decision.arguments, preview_timeout)
             if preview is not None:
                 ran.setdefault(approval.id, {})["preview"] = preview
+                shown = mask_text(preview.text, approval.arguments, approval.shown_arguments)
+                store.audit.append(conn, approval.id, "preview_recomputed", "worker",
+                                   preview_sha256=preview.sha256,
+                                   preview_head=shown[: store.records.SHOWN_HEAD])  # fmt: skip
         if decision.kind.runs_tool and not store.records.mark_tool_started(conn, approval.id):
             raise ToolAlreadyStarted(f"{approval.tool_name} was already started for {approval.id}")
         if decision.kind.runs_tool and on_tool_start is not None and not started:

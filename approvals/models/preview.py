@@ -32,6 +32,8 @@ class PreviewKind(StrEnum):
 _HEADERS = ("+++", "---")
 #: The most characters of a preview kept (a longer one is cut, with a note saying so).
 MAX_PREVIEW_CHARS = 1_000_000
+#: The most characters of a preview an HTTP API caller sends (a request body stays small).
+CALLER_PREVIEW_CHARS = 10_000
 #: The most characters of a preview the approval's record holds: what cards and lists show.
 HEAD_CHARS = 4_000
 

@@ -10,7 +10,14 @@ import subprocess
 from typing import Any
 
 from approvals import store
-from approvals.api.claude_code import REPORT_LIMIT, HookRules, clip, idempotency_key_of, run_hook
+from approvals.api.claude_code import (
+    REPORT_LIMIT,
+    HookRules,
+    clip,
+    cut_lines,
+    idempotency_key_of,
+    run_hook,
+)
 from approvals.config import Settings
 from approvals.models import Status
 from tests.api.conftest import Stack
@@ -277,3 +284,14 @@ def test_the_card_shows_the_real_diff_of_the_file_and_the_command(stack: Stack, 
         )
     for process in hooks.values():
         assert _output(process)["permissionDecision"] == "allow"
+
+
+def test_a_long_diff_is_cut_after_a_whole_line_within_the_apis_limit() -> None:
+    """A preview longer than the API takes keeps whole lines and says how many are left."""
+    diff = "--- a/x\n+++ b/x\n@@ -0,0 +1,3000 @@\n" + "".join(f"+line {n}\n" for n in range(3000))
+    cut = cut_lines(diff, 10_000)
+    kept = cut.splitlines()
+    assert len(cut) <= 10_000 and kept[-2].startswith("+line ")
+    shown = int(kept[-2].removeprefix("+line ")) + 1
+    assert kept[-1] == f"… ({3000 - shown} more lines not shown)"
+    assert cut_lines("short", 10) == "short"

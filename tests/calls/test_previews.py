@@ -153,6 +153,10 @@ def test_an_edited_call_shows_the_preview_of_what_then_ran(env, services, slack,
     assert [p["arguments"]["content"] for p in previews] == ["hello world\n", "goodbye\n"]
     assert previews[0]["pid"] != previews[1]["pid"]  # the second in the worker
     assert target.read_text(encoding="utf-8") == "goodbye\n"
+    trail = [json.loads(line) for line in store.audit.audit_lines(conn, pause_id)]
+    recomputed = [e for e in trail if e["event"] == "preview_recomputed"]
+    assert len(recomputed) == 1 and "+goodbye" in recomputed[0]["preview_head"]
+    assert recomputed[0]["preview_sha256"] != trail[0]["preview_sha256"]
 
 
 def test_the_receipt_audit_and_webhook_name_the_preview_that_was_shown(
