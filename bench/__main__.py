@@ -83,7 +83,7 @@ class Plan:
 
     @classmethod
     def quick(cls) -> Plan:
-        return cls(5, 1, 10, 1, 50, 5, 1, 10, 10_000, 3, 10, 1, 3, 1.0, 2_000, 100, 10, 10, 10.0)
+        return cls(5, 1, 10, 1, 20, 5, 1, 5, 1_000, 3, 10, 1, 3, 1.0, 200, 50, 10, 10, 10.0)
 
 
 POLL_INTERVAL = 2.0
