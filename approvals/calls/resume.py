@@ -186,12 +186,14 @@ def _ask_again(
 ) -> str:
     """The state changed before the tool ran: the approval waits again, its decision undone
     in the same step (so the next click is a new decision, with a new receipt), the new state
-    its fingerprint; the card asks again, saying why, and the thread shows the gate's preview
-    computed again, on the new state. It keeps its expiry."""
+    its fingerprint; the card asks again, saying why, with the gate's preview computed again
+    on the new state (the thread shows it too). It keeps its expiry."""
     _, found, why = change
+    preview = agent.preview_now(settings, approval)
     undone = ("decision", "decided_by", "decided_status", "votes", "receipt", "receipt_error")
     fields = {name: "" for name in undone}
     fields |= {"stale": str(approval.stale + 1), "fingerprint": found or ""}
+    fields |= store.records.preview_fields(preview)
     event = store.audit.audit_entry("stale", "worker", approved=approval.fingerprint or "",
                                     found=found or "", reason=why)  # fmt: skip
     moved = store.transitions.transition(
@@ -202,8 +204,8 @@ def _ask_again(
     if approval.expires_at > 0:
         deadlines.add(conn, deadlines.Kind.EXPIRE, approval.id, approval.expires_at)
     try:
+        store.records.keep_whole_preview(conn, approval.id, preview)
         again = store.records.load(conn, approval.id)
-        preview = agent.preview_now(settings, again)
         slack.announce_stale(client, again, approval.fingerprint, found, preview)
     except Exception:  # the record waits again; the card catches up on the next redraw
         log.warning("could not redraw the card of stale approval %s", approval.id, exc_info=True)

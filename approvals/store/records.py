@@ -18,7 +18,7 @@ from approvals.models import (
     Status,
     approval_from_parts,
 )
-from approvals.models.preview import Preview
+from approvals.models.preview import Preview, PreviewKind
 from approvals.secrets import mask_text
 from approvals.store.audit import audit_entry, new_trail
 from approvals.store.connection import eval_script, json_value, text
@@ -245,7 +245,53 @@ def from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
     approval.stale = _count(raw.get(b"stale"))
     # The state it waits on again, once the state changed after a decision.
     approval.fingerprint = text(raw.get(b"fingerprint")) or approval.fingerprint
+    _preview_again(approval, raw.get(PREVIEW_AGAIN.encode()))
     return approval
+
+
+#: The hash field holding the preview computed again on a changed state (``preview_fields``);
+#: it stands in for the record's own preview, which was computed at the pause.
+PREVIEW_AGAIN = "preview_again"
+
+
+def preview_fields(preview: Preview | None) -> dict[str, str]:
+    """The fields that make ``preview`` the approval's preview (a transition writes them with
+    the status), for a preview computed after the pause; keep its whole with
+    ``keep_whole_preview``."""
+    if preview is None:
+        return {}
+    shown = {
+        "head": preview.head,
+        "kind": preview.kind.value,
+        "sha256": preview.sha256,
+        "length": len(preview.text),
+    }
+    return {PREVIEW_AGAIN: json.dumps(shown)}
+
+
+def keep_whole_preview(conn: redis.Redis, approval_id: str, preview: Preview | None) -> None:
+    """Keep the whole of a preview longer than its head, for the View preview modal."""
+    if preview is not None and len(preview.text) > len(preview.head):
+        conn.set(preview_key(approval_id), preview.text)
+
+
+def _preview_again(approval: Approval, raw: bytes | None) -> None:
+    """Apply a preview computed again (``preview_fields``); one that is not well formed is
+    ignored (Redis is a trust boundary: it is only shown), leaving the pause's."""
+    try:
+        stored = json_value(raw)
+    except CorruptRecord:
+        return
+    if not isinstance(stored, dict):
+        return
+    head, kind, digest, length = (stored.get(k) for k in ("head", "kind", "sha256", "length"))
+    kinds = {k.value for k in PreviewKind}
+    if not (isinstance(head, str) and kind in kinds and isinstance(digest, str)):
+        return
+    if not isinstance(length, int) or length < len(head):
+        return
+    approval.preview, approval.preview_kind = head, PreviewKind(kind)
+    approval.preview_sha256, approval.preview_length = digest, length
 
 
 #: Characters of a preview's head an audit entry and a webhook body carry (its digest names

@@ -82,6 +82,9 @@ def test_a_state_changed_after_approval_is_asked_again_and_runs_once_on_the_new_
     assert stale[0]["approved"] == "head:41" and stale[0]["found"] == "head:42"
     shown = card_showing(slack, card.ts, NOTICE)
     assert action_blocks(shown), "the card offers its buttons again"
+    # The card's preview is the one computed again, on the state people now decide on.
+    assert "ALTER TABLE users at head:42" in block_text(shown)
+    assert "at head:41" not in block_text(shown)
     told = block_text(reply_containing(slack, card.ts, "changed since it was approved"))
     assert "`head:41`, now `head:42`" in told
     assert "Preview now, on the new state:" in told and "ALTER TABLE users at head:42" in told

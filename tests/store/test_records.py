@@ -11,6 +11,7 @@ import pytest
 from approvals import store
 from approvals.errors import CorruptRecord, UnknownApproval
 from approvals.models import Status
+from approvals.models.preview import Preview, PreviewKind
 from tests.factories import HISTORY, make_approval, stored_approval
 
 
@@ -120,3 +121,27 @@ def test_load_history_of_a_missing_or_malformed_history_is_corrupt(conn, stored)
         conn.set(store.keys.history_key("x"), stored)
     with pytest.raises(CorruptRecord):
         store.records.load_history(conn, "x")
+
+
+@pytest.mark.parametrize(
+    "stored",
+    ["not json", "[]", '{"head": 1}', '{"head": "x", "kind": "video", "sha256": "s", "length": 1}',
+     '{"head": "long", "kind": "text", "sha256": "s", "length": 2}'],
+)  # fmt: skip
+def test_a_malformed_preview_computed_again_is_ignored(conn, stored):
+    """Redis is a trust boundary: a damaged preview_again field leaves the pause's preview."""
+    approval = make_approval(preview="rm build/app.o", preview_length=14)
+    store.records.create(conn, approval, HISTORY).execute()
+    conn.hset(store.keys.approval_key(approval.id), store.records.PREVIEW_AGAIN, stored)
+    assert store.records.load(conn, approval.id).preview == "rm build/app.o"
+
+
+def test_a_preview_computed_again_stands_in_for_the_pauses(conn):
+    """preview_fields, written with a transition, make the new preview the approval's."""
+    approval = make_approval(preview="rm build/app.o", preview_length=14)
+    store.records.create(conn, approval, HISTORY).execute()
+    again = Preview("rm build/app.o build/app.d", PreviewKind.TEXT)
+    conn.hset(store.keys.approval_key(approval.id), mapping=store.records.preview_fields(again))
+    loaded = store.records.load(conn, approval.id)
+    assert loaded.preview == again.text and loaded.preview_sha256 == again.sha256
+    assert loaded.preview_length == len(again.text) and not loaded.preview_cut
