@@ -274,6 +274,8 @@ def load_preview(conn: redis.Redis, approval: Approval) -> Preview | None:
     if whole is None or whole.sha256 != approval.preview_sha256:
         return Preview(f"{head.text}\n… (the rest of this preview is no longer kept)", head.kind)
     return Preview(mask_text(whole.text, approval.arguments, approval.shown_arguments), head.kind)
+
+
 def _count(raw: bytes | None) -> int:
     """A count the hash holds (0 when absent or not a count: Redis is a trust boundary)."""
     try:
