@@ -67,6 +67,10 @@ class DecisionAnswer(BaseModel):
     decided_by: DecidedBy
     rule_id: str | None
     grant_id: str | None
+    fingerprint: str | None = Field(
+        description="The state the decision was made on, as the request named it (the "
+        "receipt's fingerprint claim); null when it named none."
+    )
 
 
 class ResultAnswer(BaseModel):

@@ -160,6 +160,7 @@ def _request(body: ApprovalBody, token: Token) -> external.ExternalRequest:
         agent=token.agent,
         schema=body.schema_,
         preview=body.preview,
+        fingerprint=body.fingerprint,
         requested_by=body.requested_by,
         idempotency_key=body.idempotency_key,
         run_id=body.run_id,
@@ -175,11 +176,15 @@ async def get_approval(
 ) -> dict[str, Any]:
     """The approval as it stands; with ``wait``, as soon as it is decided (at most ``wait`` s)."""
     conn = request.app.state.conn
-    approval = await run_in_threadpool(_owned, conn, approval_id, token)
+    approval = await run_in_threadpool(_seen, conn, approval_id, token)
     pending = wait > 0 and approval.status is Status.PENDING
     if pending and await store.callers.wait_answer(request.app.state.aconn, approval_id, wait):
-        approval = await run_in_threadpool(_owned, conn, approval_id, token)
+        approval = await run_in_threadpool(_seen, conn, approval_id, token)
     return external.answer(approval)
+
+
+def _seen(conn: redis.Redis, approval_id: str, token: Token) -> Approval:
+    return external.as_caller_sees(conn, _owned(conn, approval_id, token))
 
 
 def list_approvals(
@@ -194,7 +199,8 @@ def list_approvals(
     conn = request.app.state.conn
     if idempotency_key is not None:
         one = external.by_idempotency_key(conn, token.agent, idempotency_key)
-        return {"approvals": [] if one is None else [external.answer(one)]}
+        seen = None if one is None else external.as_caller_sees(conn, one)
+        return {"approvals": [] if seen is None else [external.answer(seen)]}
     found = external.pending_of(conn, token.agent, limit)
     return {"approvals": [external.answer(a) for a in found]}
 

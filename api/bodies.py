@@ -27,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from approvals.api.answers import problem
 from approvals.decisions import ijson
 from approvals.models import UNSET, GateOptions
-from approvals.models.options import ABOUT, DEFAULTS, SET_BY_API, Api, members
+from approvals.models.options import ABOUT, DEFAULTS, FINGERPRINT_LONGEST, SET_BY_API, Api, members
+from approvals.models.preview import CALLER_PREVIEW_CHARS
 
 #: The longest wait of one ``GET ...?wait=`` (a caller asks again for more).
 MAX_WAIT = 60.0
@@ -142,7 +143,16 @@ class _Asked(BaseModel):
     tool: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:/-]+$")
     arguments: dict[str, Any]
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    preview: str | None = Field(default=None, max_length=10_000)
+    preview: str | None = Field(default=None, max_length=CALLER_PREVIEW_CHARS)
+    fingerprint: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=FINGERPRINT_LONGEST,
+        description="A short string naming the state the decision depends on (a file's hash "
+        "and mtime, a row's version, a git commit). It comes back in the decision and in the "
+        "receipt, so the service that acts can compare it with its own state and refuse a "
+        "call whose state changed since the approval.",
+    )
     agent: str | None = Field(default=None, min_length=1, max_length=100)
     requested_by: str | None = Field(default=None, min_length=1, max_length=100)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)

@@ -28,10 +28,13 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from approvals import previews
 from approvals.client import Client
 from approvals.config import Settings
+from approvals.models.preview import CALLER_PREVIEW_CHARS
 from approvals.slack.limits import SECTION_TEXT
 
 DEFAULT_TOOLS = "Bash|Write|Edit|MultiEdit"
@@ -193,7 +196,7 @@ def _ask(event: dict[str, Any], settings: Settings, timeout: float) -> dict[str,
             _tool_name(tool),
             arguments,
             summary=_summary(tool, arguments)[:500],
-            preview=_preview(event)[:10_000],
+            preview=cut_lines(_preview(event), CALLER_PREVIEW_CHARS),
             schema=schema_of(arguments),
             expires_in=max(timeout, 1.0),
             idempotency_key=idempotency_key_of(event),
@@ -228,10 +231,81 @@ def _summary(tool: str, arguments: dict[str, Any]) -> str:
 
 
 def _preview(event: dict[str, Any]) -> str:
+    """What the call will do, for the card: the real diff of the file as Claude Code is about
+    to change it (``Write``, ``Edit``, ``MultiEdit``), the command (``Bash``), else where it
+    runs. A diff is sent as it is (the card shows it as one, ``approvals.previews``)."""
+    tool_input = event.get("tool_input")
+    arguments = tool_input if isinstance(tool_input, dict) else {}
+    diff = file_change(str(event.get("tool_name", "")), arguments, str(event.get("cwd") or "."))
+    if diff is not None:
+        return diff
     lines = [f"*Working directory:* `{event.get('cwd', '?')}`"]
     if event.get("session_id"):
         lines.append(f"*Session:* `{event['session_id']}`")
+    command = arguments.get("command")
+    if event.get("tool_name") == "Bash" and isinstance(command, str):
+        escaped = command.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        fenced = escaped.replace("```", "`\u200b``")  # Slack's escapes; no fence of its own
+        lines.append(f"```\n{fenced}\n```")
     return "\n".join(lines)
+
+
+def cut_lines(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters, cut after a whole line, saying how many are left
+    (a cut diff still reads as one)."""
+    if len(text) <= limit:
+        return text
+    note = "\n… ({} more lines not shown)"
+    kept = text[: text.rfind("\n", 0, limit - len(note) - 10) + 1] or text[: limit // 2]
+    return kept.rstrip("\n") + note.format(len(text[len(kept) :].splitlines()))
+
+
+def file_change(tool: str, arguments: dict[str, Any], cwd: str) -> str | None:
+    """The unified diff a ``Write``, ``Edit`` or ``MultiEdit`` would make to its file (read
+    now, the edits applied as Claude Code applies them), or why there is none; None for
+    other tools."""
+    path = arguments.get("file_path")
+    if tool not in ("Write", "Edit", "MultiEdit") or not isinstance(path, str):
+        return None
+    target = Path(cwd, path)
+    try:
+        old = target.read_text(encoding="utf-8") if target.exists() else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path}: cannot be read to show the change ({type(exc).__name__})"
+    new = _edited(tool, arguments, old)
+    if isinstance(new, _Refused):
+        return f"{path}: {new.why}; Claude Code will refuse this edit"
+    return previews.text_diff(str(target), old, new).text
+
+
+@dataclass(frozen=True)
+class _Refused:
+    why: str
+
+
+def _edited(tool: str, arguments: dict[str, Any], old: str) -> str | _Refused:
+    """The file's text after the call (``_Refused`` where Claude Code would refuse it)."""
+    if tool == "Write":
+        content = arguments.get("content")
+        return content if isinstance(content, str) else _Refused("no content to write")
+    edits = arguments.get("edits") if tool == "MultiEdit" else [arguments]
+    text = old
+    for edit in edits if isinstance(edits, list) else []:
+        if not isinstance(edit, dict):
+            return _Refused("an edit is not an object")
+        before, after = edit.get("old_string"), edit.get("new_string")
+        if not isinstance(before, str) or not isinstance(after, str):
+            return _Refused("an edit has no old_string or new_string")
+        if before == "" and text == "":  # an edit that creates the file
+            text = after
+            continue
+        count = text.count(before) if before else 0
+        if count == 0:
+            return _Refused("old_string is not in the file")
+        if count > 1 and edit.get("replace_all") is not True:
+            return _Refused(f"old_string is in the file {count} times (replace_all is not set)")
+        text = text.replace(before, after, -1 if edit.get("replace_all") is True else 1)
+    return text
 
 
 def decision_output(answer: dict[str, Any], proposed: dict[str, Any]) -> dict[str, Any]:

@@ -115,11 +115,20 @@ def _server(
                 "the same approval (and its decision) instead of a second card."
             ),
         ] = None,
+        fingerprint: Annotated[
+            str | None,
+            Field(
+                description="A short string naming the state the decision depends on (a "
+                "file's hash, a row's version): it comes back in the decision and receipt."
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         """Ask people in Slack whether to call `tool` with `arguments`; returns their decision."""
         body: dict[str, Any] = {"tool": tool, "arguments": arguments}
         if summary is not None:
             body["summary"] = summary
+        if fingerprint is not None:
+            body["fingerprint"] = fingerprint
         if idempotency_key is not None:
             body["idempotency_key"] = idempotency_key
         async with connect() as http:

@@ -22,6 +22,7 @@ from approvals.errors import (
     UnknownApproval,
 )
 from approvals.models import Approval, DecidedBy, DecisionKind, Status
+from approvals.models.preview import Preview
 from approvals.proof.receipts import Receipt, receipt, verify_receipt
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "InvalidReceipt",
     "NotAllowed",
     "Outcome",
+    "Preview",
     "Receipt",
     "ResumeError",
     "Settings",

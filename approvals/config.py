@@ -75,8 +75,12 @@ NUMBERS: dict[str, Bounds] = {
     "APPROVALS_API_RATE_LIMIT": Bounds(1, 1_000_000, unit="requests a minute"),
     "APPROVALS_REMIND_AFTER": Bounds(0, _YEAR, whole=False),
     "APPROVALS_ESCALATE_AFTER": Bounds(0, _YEAR, whole=False),
+    "APPROVALS_PREVIEW_TIMEOUT": Bounds(0.1, 600, whole=False),
+    "APPROVALS_STALE_RETRIES": Bounds(0, 100, unit="times"),
     "APPROVALS_MIN_REPLICAS": Bounds(0, 100, unit="replicas"),
     "APPROVALS_MIN_REPLICAS_TIMEOUT": Bounds(0.01, 10, whole=False),
+    "APPROVALS_SLACK_PACE": Bounds(0.01, 1000, unit="posts a second", whole=False),
+    "APPROVALS_SLACK_BURST": Bounds(1, 100, unit="posts"),
 }
 
 #: The schemes each URL setting accepts (a SQLAlchemy URL may name a driver: ``sqlite+...``).
@@ -246,6 +250,12 @@ class Settings:
     escalate_to: tuple[str, ...] = ()
     #: "line": a call a grant let through gets one compact line in its channel; "none": silent.
     grant_notice: str = "line"
+    #: Seconds a tool's ``preview=`` function may take when its call pauses (the card then
+    #: says it timed out; the pause never waits longer).
+    preview_timeout: float = 5.0
+    #: How many times a call whose state changed after its approval (its gate's
+    #: ``fingerprint``) is asked again; the next time, the model is told and re-plans.
+    stale_retries: int = 2
     #: The Sentinels' ``(host, port)``; set, every process asks them where the primary is and
     #: ``redis_url`` gives only the database, the user, the password and TLS.
     redis_sentinels: tuple[tuple[str, int], ...] = ()
@@ -259,6 +269,10 @@ class Settings:
     min_replicas: int = 0
     #: Seconds to wait for them; past it, the pause or decision is undone and refused.
     min_replicas_timeout: float = 1.0
+    #: Cards posted a second in one channel, across every worker (0: Slack's own pace,
+    #: ``approvals.slack.limits``); and how many may go back to back in a quiet channel.
+    slack_pace: float = 0.0
+    slack_burst: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -311,9 +325,13 @@ class Settings:
             remind_after=_number(env, "APPROVALS_REMIND_AFTER", 3600.0),
             escalate_after=_number(env, "APPROVALS_ESCALATE_AFTER", 0.0),
             escalate_to=_escalate_to(env.get("APPROVALS_ESCALATE_TO")),
+            preview_timeout=_number(env, "APPROVALS_PREVIEW_TIMEOUT", 5.0),
+            stale_retries=_whole(env, "APPROVALS_STALE_RETRIES", 2),
             **_sentinel_settings(env),
             min_replicas=_whole(env, "APPROVALS_MIN_REPLICAS", 0),
             min_replicas_timeout=_number(env, "APPROVALS_MIN_REPLICAS_TIMEOUT", 1.0),
+            slack_pace=_number(env, "APPROVALS_SLACK_PACE", 0.0),
+            slack_burst=_whole(env, "APPROVALS_SLACK_BURST", 0),
         )
 
     def require(self, *names: str) -> None:

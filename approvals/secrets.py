@@ -191,6 +191,17 @@ def _counts(detector: BasePlugin | None, found: str | None) -> bool:
     return detector.calculate_shannon_entropy(found) > detector.entropy_limit
 
 
+def load_detectors() -> None:
+    """Load ``detect-secrets`` and configure its detectors now, not on the first value read.
+
+    A worker calls this before it forks: every work-horse then inherits them loaded, where
+    each would otherwise load them again for its first card.
+    """
+    import detect_secrets.core.scan  # noqa: F401 - what ``looks_secret`` imports
+
+    _detectors()
+
+
 @functools.cache
 def _detectors() -> dict[str, BasePlugin]:
     """Every detector ``detect-secrets`` ships but ``_NOT_SECRETS``, by the type it reports

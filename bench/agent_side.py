@@ -20,21 +20,30 @@ class PauseCost:
     stored_bytes: list[int] = field(default_factory=list)
 
 
-def run_pause_cost(phase: Phase, size: int, samples: int) -> PauseCost:
-    """B3 at one history size, each sample beside one SET of the same bytes (the floor)."""
+def run_pause_cost(phase: Phase, size: int, samples: int, previewed: bool = False) -> PauseCost:
+    """B3 at one history size, each sample beside one SET of the same bytes (the floor).
+
+    ``previewed``: the gated tool's gate computes a preview (``bench.tools.plan_preview``)
+    when it pauses; the floor then also SETs the preview's bytes, in the same round trip.
+    """
     result = PauseCost(size)
     for i in range(samples + 1):  # the first one warms up
-        approval_id, paused_at, returned_at = pause(phase, size, f"b3-{size}-{i}")
+        approval_id, paused_at, returned_at = pause(phase, size, f"b3-{size}-{i}", previewed)
         history = phase.conn.get(store.keys.history_key(approval_id))
         assert isinstance(history, bytes)
+        writes = {"bench:floor": history}
+        if previewed:
+            preview = phase.conn.get(store.keys.preview_key(approval_id))
+            assert isinstance(preview, bytes), "the whole preview is stored apart"
+            writes["bench:floor:preview"] = preview
         started = time.perf_counter()
-        phase.conn.set("bench:floor", history)
+        phase.conn.mset(writes)
         floor = (time.perf_counter() - started) * 1000
         if i:
             result.samples.append((returned_at - paused_at) * 1000)
             result.floor.append(floor)
             result.stored_bytes.append(len(history))
-    phase.conn.delete("bench:floor")
+    phase.conn.delete("bench:floor", "bench:floor:preview")
     return result
 
 

@@ -63,10 +63,25 @@ EXPLAINED: dict[str, str] = {
         "Sentinel naming the new primary: detection and promotion, which no client can beat. "
         "Every approval written before the kill, and the decision, must be on the new primary."
     ),
+    "B13": (
+        "What the worker adds to a resume to check that the state a decision depended on has "
+        "not changed, after it claims the approval and before the tool starts: finding the "
+        "gate's `fingerprint` function among the allowed modules, computing it in a thread "
+        "under its time limit and comparing it with the one stored at the pause. The "
+        "fingerprint hashes a small file and reads its modification time; the floor is that "
+        "function called directly, which any check must pay."
+    ),
     "B3": (
         "Inside the agent's process: from the gate raising `llm.PauseChain` to `run_agent` "
         "returning, at three sizes of saved history; the floor is one Redis SET of the same "
         "bytes."
+    ),
+    "B3 preview": (
+        "B3 at 10 KB of history, the gated tool's gate computing a 10 KB preview (a unified "
+        "diff) when the call pauses: the preview function runs in a thread of its own within "
+        "`APPROVALS_PREVIEW_TIMEOUT`, its head goes in the record, the whole of it in its own "
+        "key, in the pause's one transaction. The floor is one round trip SETting the "
+        "history's and the preview's bytes."
     ),
     "B4": (
         "From the gate raising `llm.PauseChain` to the approval card's `chat.postMessage` "
@@ -75,10 +90,24 @@ EXPLAINED: dict[str, str] = {
     ),
     "B5": (
         "Decided approvals resumed, run to completion and shown on their cards per second, "
-        "with every worker released at one instant. The floor is RQ's own rate for jobs that "
-        "do nothing, on the same worker class and count, measured in the same rounds; the "
-        "target is a share of that floor, so it says how much of the worker's capacity a "
-        "resume keeps."
+        "with every worker released at one instant. The floor is a job that asks Redis and "
+        "Slack for what a resume asks, with none of our code: first one resume is run in the "
+        "bench process, counting its Redis round trips (a command or a pipeline, sent and "
+        "answered) and the Slack calls the stand-in receives; the floor job then makes that "
+        "many Redis round trips and the same Slack calls with the same bodies, on the same "
+        "worker class and count, in the same rounds. The target is a share of that floor, so "
+        "it says what our code costs beyond the work a resume cannot avoid. RQ's own rate for "
+        "jobs that do nothing is kept in the figure's detail, for context."
+    ),
+    "B12": (
+        "Many agents pause at once, each in its own thread, into one channel, while two "
+        "workers are held; the workers are then released at one instant. The Slack stand-in "
+        "keeps a channel's pace the way Slack does (a rate, a short burst, a refusal with "
+        "Retry-After above it) and the product is told the same rate. The figure is the time "
+        "from the release to the last card reaching the stand-in, over the ideal: the number "
+        "of cards divided by the pace. Every card must arrive once, in the order Redis recorded "
+        "the pauses, and none may be refused: any of those fails the figure. The full run keeps "
+        "Slack's own rate of about one post a second; the quick run a faster one."
     ),
     "B6 pending": (
         "`/agent-pending` sent to the bot → its answer received at the response URL, with "

@@ -40,6 +40,7 @@ from tests.processes import (
     start_bot,
     start_redis,
     start_worker,
+    stop_all,
     wait_for_workers,
     wait_until,
 )
@@ -419,11 +420,8 @@ class Bench:
                 current.wait_for_workers()
             yield current
         finally:
-            for process in [
-                *([current.bot] if current.bot else []),
-                *[w.process for w in current.workers],
-            ]:
-                process.stop()
+            bots = [current.bot] if current.bot else []
+            stop_all([*bots, *[w.process for w in current.workers]])
             os.environ.clear()
             os.environ.update(saved)
             conn.close()

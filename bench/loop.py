@@ -64,24 +64,28 @@ class PauseClock:
         cls._installed = True
 
 
-def blob_prompt(history_bytes: int, target: str) -> str:
+def blob_prompt(history_bytes: int, target: str, gated: str = "act") -> str:
     """A run that reads a big output, then calls the gated tool in the same turn.
 
     The saved history is about ``history_bytes`` long (the blob is the sibling result).
     """
     overhead = 700  # messages, ids and JSON around the blob, measured
     size = max(0, history_bytes - overhead)
-    turn = calls(("blob", {"size": size}), ("act", {"target": target}))
+    turn = calls(("blob", {"size": size}), (gated, {"target": target}))
     return script(turn, {"text": "done"})
 
 
-def pause(phase: Phase, history_bytes: int, target: str) -> tuple[str, float, float]:
-    """Run the agent to its pause; returns (approval id, paused at, returned at)."""
+def pause(
+    phase: Phase, history_bytes: int, target: str, previewed: bool = False
+) -> tuple[str, float, float]:
+    """Run the agent to its pause (at ``act``, or ``act_previewed`` whose gate computes a
+    preview); returns (approval id, paused at, returned at)."""
     PauseClock.install()
+    gated = tools.act_previewed if previewed else tools.act
     outcome = run_agent(
         MODEL,
-        blob_prompt(history_bytes, target),
-        tools=[tools.blob, tools.act],
+        blob_prompt(history_bytes, target, gated.__name__),
+        tools=[tools.blob, gated],
         agent="bench",
         settings=phase.settings,
     )

@@ -1,24 +1,111 @@
-"""B5: decided approvals resumed and completed per second, beside RQ jobs that do nothing.
+"""B5: decided approvals resumed and completed per second, beside a floor job that asks Redis
+and Slack for what a resume asks, with none of our code (and RQ's no-op job, for context).
+
+What a resume asks is measured first (``resume_profile``): one decided approval is resumed in
+this process, counting every Redis round trip it makes (a command, or a pipeline, sent and
+answered) and every Slack call the stand-in receives. The floor job (``bench.jobs.floor``)
+then makes that many Redis round trips and the same Slack calls, with the same bodies.
 
 Every worker is first held by a ``bench.jobs.hold`` job; the approvals are decided (or the
-no-op jobs enqueued) behind it; then all workers are released at one instant. For no-op jobs
-the clock stops at the ``ended_at`` of the last one (RQ's own timestamp); for approvals, when
-the last Slack call that shows a result (the card redrawn, the thread reply) reaches the
-stand-in, whichever job made it."""
+floor or no-op jobs enqueued) behind it; then all workers are released at one instant. For
+no-op jobs the clock stops at the ``ended_at`` of the last one (RQ's own timestamp); for
+approvals and floor jobs, when the last of their Slack calls reaches the stand-in."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qs
 
+import redis
 from rq import Queue
 
 from approvals import store
+from approvals.calls import resume
 from approvals.decisions import review
 from approvals.models import DecisionKind, Status
+from approvals.slack.web import web_client
 from bench.harness import USER, Phase, rq_time
 from bench.loop import pause
+
+
+@contextlib.contextmanager
+def _round_trips() -> Iterator[list[int]]:
+    """Count what this process sends Redis: one per command, one per pipeline (redis-py
+    packs a pipeline into one send)."""
+    sent = [0]
+    original = redis.Connection.send_packed_command
+
+    def counted(self: redis.Connection, command: Any, check_health: bool = True) -> None:
+        sent[0] += 1
+        original(self, command, check_health)  # type: ignore[no-untyped-call]
+
+    redis.Connection.send_packed_command = counted  # type: ignore[method-assign,assignment]
+    try:
+        yield sent
+    finally:
+        redis.Connection.send_packed_command = original  # type: ignore[method-assign]
+
+
+def _body(raw: bytes) -> dict[str, Any]:
+    """A Slack call's arguments, from its JSON or form body."""
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        return {k: v[0] for k, v in parse_qs(raw.decode()).items()}
+    return found if isinstance(found, dict) else {}
+
+
+def resume_profile(phase: Phase) -> dict[str, Any]:
+    """What one resume asks of Redis (round trips) and of Slack (calls, with their bodies):
+    an approval paused, its card posted, decided, and resumed here while the workers are
+    held (its queued job then finds it done)."""
+    approval_id = pause(phase, 2_000, "b5-profile")[0]
+    phase.idle(timeout=120)
+    key = phase.hold(len(phase.workers))
+    review.decide(phase.conn, phase.settings, approval_id, DecisionKind.APPROVE, USER)
+    client = web_client(phase.settings)
+    conn = redis.Redis.from_url(phase.settings.redis_url)
+    mark = phase.standin.mark()
+    with _round_trips() as sent:
+        resume.resume(conn, phase.settings, client, approval_id)
+    calls = [
+        [arrival.path.rsplit("/", 1)[-1], _body(arrival.body)]
+        for arrival in phase.standin.since(mark)
+    ]
+    conn.close()
+    phase.release(key, len(phase.workers))
+    phase.idle(timeout=120)
+    status = store.records.load(phase.conn, approval_id).status
+    assert status is Status.COMPLETED, status
+    return {"round_trips": sent[0], "calls": calls}
+
+
+def floor_rate(phase: Phase, jobs: int, workers: int, profile: dict[str, Any]) -> dict[str, Any]:
+    """Jobs/s of ``bench.jobs.floor`` (a resume's Redis round trips and Slack calls), the
+    clock stopping when the last of their Slack calls reaches the stand-in."""
+    key = phase.hold(workers)
+    tag = uuid.uuid4().hex[:8]
+    args = (profile["round_trips"], profile["calls"])
+    phase.queue().enqueue_many(
+        [
+            Queue.prepare_data("bench.jobs.floor", args, job_id=f"floor-{tag}-{i}", result_ttl=0)
+            for i in range(jobs)
+        ]
+    )
+    mark = phase.standin.mark()
+    before = phase.cpu()
+    released = time.perf_counter()
+    phase.release(key, workers)
+    phase.idle(timeout=300, interval=0.1)
+    calls = phase.standin.since(mark)
+    assert len(calls) >= jobs * len(profile["calls"]), "floor jobs made fewer Slack calls"
+    end = max((call.at for call in calls), default=time.perf_counter())
+    return {"rate": jobs / (end - released), **_cpu_per_item(phase, before, jobs)}
 
 
 def _last_end(phase: Phase, job_ids: list[str]) -> float:

@@ -8,6 +8,7 @@ Without ``BENCH_TOOL_LOG`` the tools do nothing but return, as an "instant tool"
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -48,4 +49,29 @@ def act(target: str, llm_tool_call: llm.ToolCall | None = None) -> str:
     """Do the action that needs a person's approval."""
     at = time.time()  # the tool's first line: B1 ends here
     record("act", at, llm_tool_call, target=target)
+    return f"acted on {target}"
+
+
+def state_of(target: str) -> str:
+    """A fingerprint as a tool's author would write one (B13): the SHA-256 and the mtime of
+    the file ``target`` names."""
+    with open(target, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    return f"{digest}:{os.stat(target).st_mtime_ns}"
+
+
+#: The characters of ``act_previewed``'s preview (B3 preview).
+PREVIEW_CHARS = 10 * 1024
+
+
+def plan_preview(target: str) -> str:
+    """What ``act_previewed`` would do: a unified diff of ``PREVIEW_CHARS`` characters."""
+    head = f"--- a/{target}\n+++ b/{target}\n@@ -1,200 +1,200 @@\n"
+    body = "".join(f"-old line {n}\n+new line {n}\n" for n in range(1000))
+    return (head + body)[:PREVIEW_CHARS]
+
+
+@requires_approval(summary="Act on {target}", preview=plan_preview)
+def act_previewed(target: str) -> str:
+    """``act`` with a preview: what it would do, computed when it pauses."""
     return f"acted on {target}"

@@ -12,6 +12,7 @@ from approvals.models.grant import Grant
 from approvals.slack import cards
 from approvals.slack.cards import Block
 from approvals.slack.limits import truncate
+from approvals.slack.previews import build_view_button, first_line
 from approvals.store.pending import Page
 
 NEXT_PAGE_ACTION = "pending_next_page"
@@ -38,10 +39,15 @@ def _item(approval: Approval) -> list[Block]:
     if approval.in_turn:  # decided here or on the turn's card alike; the run waits for all
         number = approval.turn.index(approval.id) + 1
         turn = f" · call {number} of {len(approval.turn)} of one turn (`{approval.turn_lead}`)"
-    text = f"*{title}*\n{where}{requested} · {when}{turn}\n{args}"
+    line = first_line(approval)
+    preview = f"\n:mag: Preview: {line}" if line else ""
+    text = f"*{title}*\n{where}{requested} · {when}{turn}{preview}\n{args}"
+    buttons = cards.build_buttons(approval)
+    if line:
+        buttons["elements"].append(build_view_button(approval))
     return [
         {"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, 3000)}},
-        cards.build_buttons(approval),
+        buttons,
         {"type": "divider"},
     ]
 

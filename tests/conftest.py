@@ -25,15 +25,23 @@ from tests.processes import (
     start_bot,
     start_redis,
     start_worker,
+    stop_all,
     wait_for_workers,
 )
 from tests.processes import approvals_command as approvals_command
 from tests.processes import wait_until as wait_until
-from tests.slack_standin import SlackStandIn
+from tests.slack_standin import Pace, SlackStandIn
 
 SIGNING_SECRET = "test-signing-secret"
 BOT_TOKEN = "xoxb-test-token"
 CHANNEL = "C0CARDS"
+#: Slack's per-channel pace as the stand-in keeps it in the tests, and the pace the product
+#: is told to keep (``APPROVALS_SLACK_PACE``/``_BURST``). Faster than Slack's own, which would
+#: make every test that posts a few cards in one channel wait seconds; the same rate on both
+#: sides, and a smaller burst on ours, so the product never meets a refusal of its own making.
+#: ``tests/worker/test_pace.py`` holds both to Slack's shape at a pace it sets itself.
+SLACK_PACE = Pace(per_second=20, burst=8)
+PRODUCT_BURST = 2
 
 
 @dataclass
@@ -63,7 +71,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 @pytest.fixture(scope="session")
 def slack_server() -> Iterator[SlackStandIn]:
-    standin = SlackStandIn(token=BOT_TOKEN).start()
+    standin = SlackStandIn(token=BOT_TOKEN, pace=SLACK_PACE).start()
     yield standin
     standin.stop()
 
@@ -103,6 +111,8 @@ def env(
         "SCRIPTED_LEDGER": str(tmp_path / "model.jsonl"),
         "HOLD_FILE": str(tmp_path / "hold"),
         "APPROVALS_TOOL_MODULES": "tests.agents",
+        "APPROVALS_SLACK_PACE": str(SLACK_PACE.per_second),
+        "APPROVALS_SLACK_BURST": str(PRODUCT_BURST),
     }
     for name in ("SLACK_APP_TOKEN", "APPROVERS", "APPROVALS_WORKER_CLASS"):
         monkeypatch.delenv(name, raising=False)
@@ -145,8 +155,7 @@ def services(
     finally:
         # Also when start-up failed; and a test may have replaced processes (restarts).
         processes = list(dict.fromkeys([bot, worker, running.bot, *running.workers]))
-        for process in processes:
-            process.stop()
+        stop_all(processes)
         failed = getattr(request.node, "rep_call", None)
         if failed is None or failed.failed:
             for process in processes:

@@ -349,6 +349,25 @@ def kill_worker(services: Any, horse_pid: int | None) -> None:
     worker.stop()
 
 
+def dead_workers_claims_lapse(conn: redis.Redis) -> None:
+    """Time passes: what a dead worker held for a limited time lapses, as it would about a
+    minute later (RQ keeps each claim that long past its last renewal): RQ's heartbeat for
+    every job it was running, so the next worker's maintenance takes them for abandoned, and
+    its scheduler's lock, so the next worker's scheduler moves retries that are due."""
+    from rq.registry import StartedJobRegistry
+    from rq.scheduler import RQScheduler
+
+    from approvals.config import Settings
+    from approvals.store.queue import get_queue
+
+    queue = get_queue(conn, Settings.from_env())
+    registry = StartedJobRegistry(queue=queue)
+    past = time.time() - 1
+    for entry in conn.zrange(registry.key, 0, -1):
+        conn.zadd(registry.key, {entry: past}, xx=True)
+    conn.delete(RQScheduler.get_locking_key(queue.name))
+
+
 def replace_worker(services: Any, env: dict[str, str], log: Any) -> None:
     """A new worker takes the dead one's place (and its recovery starts)."""
     from tests.processes import start_worker, wait_for_workers

@@ -1,4 +1,5 @@
-"""Approval records for unit tests, built directly with the dataclasses (no Redis, no llm)."""
+"""Approval records for unit tests, built directly with the dataclasses (no llm), and one
+written to Redis for the store's tests."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ LIST_REF = ToolRef(
     {"properties": {"path": {"type": "string"}}, "required": ["path"], "type": "object"},
 )
 CREATED_AT = 1_700_000_000.0
+
+#: The llm history a stored approval paused with.
+HISTORY: list[dict[str, Any]] = [
+    {"role": "user", "parts": [{"type": "text", "text": "Tidy the build folder"}]},
+    {"role": "assistant", "parts": [{"type": "tool_call", "name": "delete_path"}]},
+]
 
 
 def make_approval(**overrides: Any) -> Approval:
@@ -62,3 +69,12 @@ def make_decided(
     elif status is Status.PAUSED:
         result = RunResult(Status.PAUSED, next_approval_id="b1b2c3d4e5f60718")
     return make_approval(status=status, decision=make_decision(kind), result=result, **overrides)
+
+
+def stored_approval(conn: Any, **overrides: Any) -> Approval:
+    """``make_approval(**overrides)`` written to Redis with ``HISTORY``, as a pause writes it."""
+    from approvals import store
+
+    approval = make_approval(**overrides)
+    store.records.create(conn, approval, HISTORY).execute()
+    return approval

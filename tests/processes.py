@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -136,9 +136,18 @@ class Process:
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop the process and everything it started (RQ's work-horse and scheduler too)."""
+        self.signal(sig)
+        self.wait_stopped()
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        """Send ``sig`` to the process and everything it started, if it still runs."""
         if self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, sig)
+
+    def wait_stopped(self) -> None:
+        """Wait for the process group to exit (SIGKILL after ten seconds), then close the log."""
+        if self.popen.poll() is None:
             try:
                 self.popen.wait(10)
             except subprocess.TimeoutExpired:
@@ -155,6 +164,17 @@ class Process:
         except PermissionError:
             return True
         return True
+
+
+def stop_all(processes: Iterable[Process], sig: int = signal.SIGTERM) -> None:
+    """Stop every process at once: each is signalled before any is waited for, so stopping
+    them takes as long as the slowest, not the sum (a gunicorn bot alone takes a second or
+    two to wind down)."""
+    running = list(dict.fromkeys(processes))
+    for process in running:
+        process.signal(sig)
+    for process in running:
+        process.wait_stopped()
 
 
 def approvals_command(*args: str) -> list[str]:

@@ -2,7 +2,7 @@
 ``approvals dev`` serves the same code (see ``approvals/dev/sandbox/slack_api.py``, and
 ``socket_mode.py`` for its Socket Mode WebSocket)."""
 
-from approvals.dev.sandbox.slack_api import Message, SlackStandIn
+from approvals.dev.sandbox.slack_api import Message, Pace, SlackStandIn
 from approvals.dev.sandbox.socket_mode import NoAck, NotConnected
 
-__all__ = ["Message", "NoAck", "NotConnected", "SlackStandIn"]
+__all__ = ["Message", "NoAck", "NotConnected", "Pace", "SlackStandIn"]

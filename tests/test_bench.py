@@ -20,10 +20,10 @@ from tests.processes import ROOT
 
 EXPECTED = {
     "B1", "B1 fast", "B1 polling", "B1 speed-up", "B2 50", "B2 500",
-    "B3 10 KB", "B3 100 KB", "B3 1 MB", "B4", "B4 fast",
+    "B3 10 KB", "B3 100 KB", "B3 1 MB", "B3 preview", "B4", "B4 fast",
     "B5 SimpleWorker x1", "B5 SimpleWorker x2", "B5 Worker x1", "B5 Worker x2",
     "B6 pending", "B6 home", "B7 10 KB", "B7 100 KB", "B8 model", "B8 tools",
-    "B9 memory", "B9 clicks", "B9 archive", "B10", "B11",
+    "B9 memory", "B9 clicks", "B9 archive", "B10", "B11", "B12", "B13",
 }  # fmt: skip
 
 

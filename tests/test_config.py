@@ -193,12 +193,16 @@ NUMERIC: dict[str, tuple[str, list[str], dict[str, float]]] = {
     "APPROVALS_API_RATE_LIMIT": ("api_rate_limit", ["0", "-1", "1000001"], {"1": 1}),
     "APPROVALS_REMIND_AFTER": ("remind_after", ["-1", "31536001", "inf"], {"0": 0, "0.5": 0.5}),
     "APPROVALS_ESCALATE_AFTER": ("escalate_after", ["-0.5", "1e9"], {"0": 0, "600": 600}),
+    "APPROVALS_PREVIEW_TIMEOUT": ("preview_timeout", ["0", "0.05", "601"], {"0.5": 0.5, "5": 5}),
+    "APPROVALS_STALE_RETRIES": ("stale_retries", ["-1", "101", "1.5"], {"0": 0, "2": 2}),
     "APPROVALS_MIN_REPLICAS": ("min_replicas", ["-1", "101", "1.5"], {"0": 0, "2": 2}),
     "APPROVALS_MIN_REPLICAS_TIMEOUT": (
         "min_replicas_timeout",
         ["0", "11"],
         {"0.25": 0.25, "5": 5.0},
     ),
+    "APPROVALS_SLACK_PACE": ("slack_pace", ["0", "-1", "1001"], {"0.5": 0.5, "20": 20}),
+    "APPROVALS_SLACK_BURST": ("slack_burst", ["0", "101", "1.5"], {"1": 1, "5": 5}),
 }
 #: Refused by every numeric setting, whatever its bounds.
 NOT_NUMBERS = ["ten", "nan", "-inf", "1e999", "0x10", "12s", "9" * 400, "\u0661\u0662"]

@@ -17,6 +17,7 @@ PUBLIC = [
     "InvalidReceipt",
     "NotAllowed",
     "Outcome",
+    "Preview",
     "Receipt",
     "ResumeError",
     "Settings",

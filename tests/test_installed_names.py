@@ -25,6 +25,7 @@ from tests.processes import (
     start_api,
     start_bot,
     start_worker,
+    stop_all,
     wait_for_workers,
 )
 
@@ -94,8 +95,7 @@ def test_bot_worker_api_and_cli_run_beside_a_users_worker_bot_and_api(env, slack
         assert shown.returncode == 0, shown.stderr
         assert approval_id in shown.stdout
     finally:
-        for process in (bot, worker, api):
-            process.stop()
+        stop_all([bot, worker, api])
     for process in (bot, worker, api):
         assert "was imported by approvals" not in process.output()
 

@@ -23,3 +23,10 @@ def test_ci_runs_the_test_command_the_readme_gives():
 def test_every_doc_the_readme_links_exists():
     for link in re.findall(r"\]\(((?:docs/)?[\w./-]+\.(?:md|png|yml))(?:#[\w-]+)?\)", README):
         assert (ROOT / link).is_file(), link
+
+
+def test_every_test_file_the_docs_name_exists():
+    """The guarantees cite their proofs by test file: a moved test must take its citation along."""
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for cited in re.findall(r"\btests/[\w/]+\.py\b", page.read_text(encoding="utf-8")):
+            assert (ROOT / cited).is_file(), f"{page.name} cites {cited}, which does not exist"

@@ -35,7 +35,7 @@ from tests.slack_requests import (
     slash_command_form,
     view_submission_payload,
 )
-from tests.slack_standin import NoAck, NotConnected, SlackStandIn
+from tests.slack_standin import NoAck, NotConnected, Pace, SlackStandIn
 
 SECRET = "test-signing-secret"
 
@@ -261,6 +261,31 @@ def test_fifty_one_blocks_are_refused(client: WebClient, standin: SlackStandIn) 
     resp = WebhookClient(standin.new_response_url()).send(text="x", blocks=_blocks(51))
     assert (resp.status_code, resp.body) == (400, "invalid_blocks")
     assert len(standin.messages()) == 1 and standin.responses() == []
+
+
+def test_posts_over_a_channels_pace_are_refused_with_retry_after(
+    client: WebClient, standin: SlackStandIn
+) -> None:
+    """Given Slack's pace, a channel takes its burst, then refuses the next post (429
+    ``ratelimited`` with Retry-After) until its interval passed; other channels, other
+    methods, and a stand-in without a pace are not held to it."""
+    standin.set_pace(Pace(per_second=2, burst=2))
+    client.chat_postMessage(channel="C1", text="one")
+    client.chat_postMessage(channel="C1", text="two")
+    with pytest.raises(SlackApiError) as refused:
+        client.chat_postMessage(channel="C1", text="three")
+    assert refused.value.response.status_code == 429
+    assert refused.value.response["error"] == "ratelimited"
+    assert refused.value.response.headers["Retry-After"] == "1"
+    client.chat_postMessage(channel="C2", text="elsewhere")  # its own pace
+    ts = standin.messages("C1")[0].ts
+    client.chat_update(channel="C1", ts=ts, text="edited")  # not a post
+    time.sleep(0.5)  # one interval
+    client.chat_postMessage(channel="C1", text="three, on time")
+    assert [m.text for m in standin.messages("C1")] == ["edited", "two", "three, on time"]
+    standin.set_pace(None)
+    for n in range(5):
+        client.chat_postMessage(channel="C1", text=f"unpaced {n}")
 
 
 def test_wait_for_times_out_with_a_summary(client: WebClient, standin: SlackStandIn) -> None:

@@ -21,6 +21,7 @@ from approvals.calls import outcomes, resume
 from approvals.config import Settings
 from approvals.decisions import deadlines, reminders
 from approvals.ops.logs import bind_approval
+from approvals.slack import paced
 from approvals.slack import web as slack
 
 log = logging.getLogger(__name__)
@@ -55,12 +56,20 @@ def _client() -> WebClient:
     return slack.web_client(_settings())
 
 
+@functools.cache
+def _card_client() -> WebClient:
+    """The client cards are posted with: a 429 comes back to ``paced``, which tells every
+    worker to wait, instead of being slept through here."""
+    return slack.web_client(_settings(), wait_out_rate_limits=False)
+
+
 def warm() -> None:
     """Build the settings, Redis client and Slack client now (the worker calls this once,
     before it forks: every work-horse inherits them)."""
     _settings()
     _conn()
     _client()
+    _card_client()
     # The opener urllib would build on its first request (slack_sdk's calls go through it),
     # built here so that a work-horse does not build one of its own for every job.
     urllib.request.install_opener(urllib.request.build_opener())
@@ -68,8 +77,16 @@ def warm() -> None:
 
 @_about_approval
 def post_card(approval_id: str) -> str | None:
-    """Post the approval's card once; returns its ts (None when it was already posted)."""
-    return slack.post_card_once(_client(), _conn(), approval_id)
+    """Post the approval's card once, in its channel's turn (``approvals.slack.paced``);
+    returns its ts when this job posted it. A card that goes into its parent's thread waits
+    for the reply saying who decided the parent (``resume.parent_replied_first``)."""
+    return paced.post_card_in_turn(
+        _card_client(), _conn(), _settings(), approval_id, before_post=_parent_replied_first
+    )
+
+
+def _parent_replied_first(approval_id: str) -> None:
+    resume.parent_replied_first(_conn(), _client(), approval_id)
 
 
 @_about_approval

@@ -41,6 +41,7 @@ from approvals.errors import ConfigError
 from approvals.ops import retention
 from approvals.ops.logs import configure_logging
 from approvals.proof import webhooks
+from approvals.secrets import load_detectors
 from approvals.store.queue import Job, get_queue
 from approvals.worker import jobs  # imported here, once: forked work-horses inherit it
 
@@ -156,6 +157,7 @@ def _warm(settings: Settings) -> None:
     which would copy their memory pages into every horse.
     """
     jobs.warm()
+    load_detectors()  # every card masks its arguments with them
     import_modules(settings.tool_modules)
     log.info("%d model ids resolved ahead of jobs", warm_models())
     try:  # the rules a resume's later calls are judged by, compiled once for every horse
@@ -172,8 +174,9 @@ def _start_background(settings: Settings) -> None:
     decider did not finish what follows them (the audit entry, the caller woken, the resume
     queued) or whose card does not show them, decisions whose resume was never queued, and
     ended runs whose outcome was never stored or whose
-    ``on_finish`` was never queued; turn the outbox of state changes into webhook jobs; and,
-    every second, remove from Redis what finished long enough ago (``approvals.ops.retention``).
+    ``on_finish`` was never queued; turn the outbox of state changes into webhook jobs; every
+    second, remove from Redis what finished long enough ago (``approvals.ops.retention``); and
+    keep advertising what this worker imports tools from (``approvals.store.workers``).
     Each is atomic in Redis or idempotent, so workers never act twice on one of them."""
     _every("approvals-deadlines", deadlines.SWEEP_INTERVAL, settings, deadlines.sweep)
     _every("approvals-recovery", settings.maintenance_interval, settings, recover_dead_runs)
@@ -182,6 +185,13 @@ def _start_background(settings: Settings) -> None:
     _every("approvals-unfinished", settings.maintenance_interval, settings, requeue_unfinished)
     _every("approvals-retention", retention.SWEEP_INTERVAL, settings, retention.sweep)
     _every("approvals-webhooks", webhooks.DRAIN_INTERVAL, settings, webhooks.drain)
+    _every("approvals-tool-modules", settings.worker_ttl / 3, settings, advertise_tool_modules)
+
+
+def advertise_tool_modules(conn: redis.Redis, settings: Settings) -> None:
+    """Tell agents what this worker imports tools from, for as long as it is alive (a
+    worker's TTL), so ``run_agent`` refuses tools it would refuse before any model call."""
+    store.workers.advertise(conn, settings.queue, settings.tool_modules, settings.worker_ttl)
 
 
 def _every(

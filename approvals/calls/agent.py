@@ -14,7 +14,7 @@ import importlib.metadata
 import json
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -23,7 +23,7 @@ import redis
 from llm.parts import Message, ToolCallPart, ToolResultPart
 
 from approvals import store
-from approvals.calls import llm_log, outcomes
+from approvals.calls import fingerprints, llm_log, outcomes
 from approvals.calls.gate import (
     Gate,
     Screening,
@@ -40,12 +40,14 @@ from approvals.calls.plugins import (
     resolve_async_model,
     resolve_model,
 )
+from approvals.calls.previews import compute_preview
 from approvals.calls.tools import (
     AgentTool,
     agent_tools,
     check_allowed,
     import_tools,
     llm_tools,
+    module_allowed,
     tool_named,
     tool_refs,
 )
@@ -53,6 +55,7 @@ from approvals.config import Settings
 from approvals.decisions import automatic, deadlines, grants, ijson, policy
 from approvals.errors import (
     ConfigError,
+    CorruptRecord,
     GateError,
     NotReplicated,
     ResumeError,
@@ -64,11 +67,13 @@ from approvals.models import (
     DecisionKind,
     GateOptions,
     SiblingResult,
+    ToolRef,
 )
 from approvals.models.grant import Call
 from approvals.models.outcome import Outcome
+from approvals.models.preview import Preview
 from approvals.proof import receipts
-from approvals.secrets import secret_names
+from approvals.secrets import mask_text, secret_names
 from approvals.slack.limits import SIBLING_PREVIEW
 from approvals.store import queue
 
@@ -216,13 +221,73 @@ def _prepare(settings: Settings, tools: Sequence[Any], on_finish: str | None) ->
     load_plugins(settings)
     found = agent_tools(tools)
     refs = tool_refs(found)  # fail before the first model call, not at the pause
+    # First: its answer names the command that fixes it.
+    _check_workers_allow(settings, refs, on_finish)
     if settings.tool_modules:
         for ref in refs:
             try:
                 check_allowed(ref, settings.tool_modules)
             except ResumeError as exc:
                 raise GateError(str(exc)) from None
+    for gate in _gates(found):
+        if gate.options.fingerprint is not None:  # a worker must find it too
+            fingerprints.function_at(gate.options.fingerprint, settings.tool_modules)
     return found
+
+
+def _gates(tools: Sequence[AgentTool]) -> list[Gate]:
+    """The gates of the agent's tools (toolbox methods included)."""
+    found = []
+    for tool in tools:
+        functions = (
+            [t.implementation for t in tool.tools()] if isinstance(tool, llm.Toolbox) else [tool]
+        )
+        found += [g for g in map(gate_of, functions) if g is not None]
+    return found
+
+
+def _check_workers_allow(
+    settings: Settings, refs: Sequence[ToolRef], on_finish: str | None = None
+) -> None:
+    """``GateError`` when no live worker on the queue would import one of the tools (or
+    ``on_finish``), with the command that fixes it: better now than after a person clicked
+    Approve, when the worker's own check (which stays, as the security check) would fail the
+    run for good.
+
+    The workers advertise what they allow (``approvals.store.workers``). When none has, an
+    older worker or none running yet, nothing is refused here; nor when Redis cannot be read,
+    which the pause then reports.
+    """
+    try:
+        conn = store.connection.shared_connection(settings)
+        lists = store.workers.allow_lists(conn, settings.queue)
+        dev = store.workers.dev_command(conn) if lists else None
+    except (redis.RedisError, CorruptRecord):
+        return
+    if not lists:
+        return
+    needed: dict[str, list[str]] = {}
+    for name, path in [*((ref.name, ref.path) for ref in refs), ("on_finish", on_finish or "")]:
+        if path:
+            needed.setdefault(path.partition(":")[0], []).append(name)
+    refused = [m for m in needed if not any(module_allowed(m, a) for a in lists)]
+    if not refused:
+        return
+    allowed = max(lists, key=len)
+    names = ", ".join(dict.fromkeys(n for m in refused for n in needed[m]))
+    if dev is not None:
+        fix = f"restart approvals dev with it allowed:\n  {dev} --tools {' --tools '.join(refused)}"
+    else:
+        value = ",".join([*allowed, *refused])
+        fix = (
+            "add it to APPROVALS_TOOL_MODULES of every approvals worker and restart them:\n"
+            f"  APPROVALS_TOOL_MODULES={value} approvals worker"
+        )
+    raise GateError(
+        f"the approvals workers on this Redis import tools only from {', '.join(allowed)}, "
+        f"not from {', '.join(refused)} ({names}): a paused run could never resume. To "
+        f"fix it, {fix}"
+    )
 
 
 _Model = TypeVar("_Model", SyncModel, AsyncModel)
@@ -294,6 +359,9 @@ class Resumed:
     #: For every call the resume carried out (the turn's, or the one): approval id → (what
     #: its tool ran with, None when it did not run; what it returned or was answered).
     calls: dict[str, tuple[dict[str, Any] | None, str | None]] = field(default_factory=dict)
+    #: The gate's preview computed again for the edited arguments, just before the tool ran
+    #: (None: not edited, or the gate has no preview).
+    preview: Preview | None = None
 
 
 def resume(
@@ -302,6 +370,7 @@ def resume(
     approval: Approval,
     on_tool_start: Callable[[], None] | None = None,
     saved: list[dict[str, Any]] | None = None,
+    stale: Collection[str] = (),
 ) -> Resumed:
     """Continue a decided approval's chain from its saved history (called by the worker).
 
@@ -309,6 +378,8 @@ def resume(
     so that work around the run (updating the card) never delays the tool. ``saved`` is the
     history when the caller has read it already (``store.records.load_with_history``). A run started
     with ``run_agent_async`` resumes on llm's async API, in an event loop of its own.
+    ``stale``: the approvals whose state changed after their decision and are asked no more;
+    their tools do not run, and the model receives ``STALE_REFUSAL`` instead.
 
     Raises:
         ResumeError: a tool or the model cannot be found, or a tool changed since the pause.
@@ -321,7 +392,9 @@ def resume(
     tools = import_tools(approval.tools, settings.tool_modules)
     ran: dict[str, dict[str, Any]] = {}
     turn = _decided_turn(approval)
-    before_call, after_call = _decision_hooks(conn, turn, on_tool_start, ran)
+    before_call, after_call = _decision_hooks(
+        conn, turn, on_tool_start, ran, settings.preview_timeout, stale
+    )
     context = _RunContext(
         conn=conn,
         settings=settings,
@@ -373,7 +446,8 @@ def resume(
         arguments = mine.get("arguments") if call.decision.kind.runs_tool else None
         calls[call.id] = (arguments, mine.get("output"))
     lead_arguments, lead_output = calls[approval.id]
-    return Resumed(outcome, lead_arguments, lead_output, calls)
+    preview = ran.get(approval.id, {}).get("preview")
+    return Resumed(outcome, lead_arguments, lead_output, calls, preview)
 
 
 def _decided_turn(approval: Approval) -> list[Approval]:
@@ -402,13 +476,15 @@ def _decision_hooks(
     turn: Sequence[Approval],
     on_tool_start: Callable[[], None] | None,
     ran: dict[str, dict[str, Any]],
+    preview_timeout: float,
+    stale: Collection[str] = (),
 ) -> tuple[
     Callable[[llm.Tool | None, llm.ToolCall], None],
     Callable[[llm.Tool, llm.ToolCall, llm.ToolResult], None],
 ]:
     """llm's ``before_call`` / ``after_call`` hooks that apply each decision to its call
     (one call, or every decided call of a turn); ``ran`` gets, per approval id, what its
-    tool ran with and returned.
+    tool ran with and returned, and for an edited call the preview of its edited arguments.
 
     Plain functions: llm's async chains accept them too, so both APIs share them.
     """
@@ -420,9 +496,19 @@ def _decision_hooks(
         if approval is None or approval.decision is None:
             return
         decision = approval.decision
-        refused = refusal_text(decision)
+        refused = STALE_REFUSAL if approval.id in stale else refusal_text(decision)
         if refused is not None:
             raise llm.CancelToolCall(refused)
+        if decision.kind is DecisionKind.EDIT and decision.arguments is not None:
+            # What the call will now do: people approved it with other arguments. Before the
+            # tool is marked started, so a worker dying here leaves it safe to run again.
+            preview = _preview_of(tool, decision.arguments, preview_timeout)
+            if preview is not None:
+                ran.setdefault(approval.id, {})["preview"] = preview
+                shown = mask_text(preview.text, approval.arguments, approval.shown_arguments)
+                store.audit.append(conn, approval.id, "preview_recomputed", "worker",
+                                   preview_sha256=preview.sha256,
+                                   preview_head=shown[: store.records.SHOWN_HEAD])  # fmt: skip
         if decision.kind.runs_tool and not store.records.mark_tool_started(conn, approval.id):
             raise ToolAlreadyStarted(f"{approval.tool_name} was already started for {approval.id}")
         if decision.kind.runs_tool and on_tool_start is not None and not started:
@@ -442,7 +528,7 @@ def _decision_hooks(
         if decision.kind.runs_tool:
             store.records.mark_tool_finished(conn, approval.id)
             receipts.hold(None)  # the receipt is for this call only, not what the chain does next
-        ran[approval.id] = {"arguments": dict(call.arguments), "output": result.output}
+        ran.setdefault(approval.id, {}).update(arguments=dict(call.arguments), output=result.output)
         if decision.kind is DecisionKind.EDIT:
             # The model is told the truth: it did not run what it proposed.
             note = edit_note(
@@ -451,6 +537,31 @@ def _decision_hooks(
             result.output = note + result.output
 
     return before_call, after_call
+
+
+def preview_now(settings: Settings, approval: Approval) -> Preview | None:
+    """The gate's preview of the call as proposed, computed again now (the worker, when the
+    state changed since the decision: what people decide on again). None when the gate has
+    none, or the tool cannot be imported (the resume that runs it says why)."""
+    try:
+        tools = import_tools(approval.tools, settings.tool_modules)
+    except ResumeError:
+        return None
+    tool = tool_named(tools, approval.tool_name)
+    return _preview_of(tool, approval.arguments, settings.preview_timeout)
+
+
+def _preview_of(tool: llm.Tool | None, arguments: dict[str, Any], timeout: float) -> Preview | None:
+    """The tool's gate's preview of a call with ``arguments`` (None: it has none)."""
+    gate = gate_of(tool.implementation) if tool is not None else None
+    if gate is None or gate.options.preview is None:
+        return None
+    return compute_preview(gate.options.preview, dict(arguments), timeout)
+
+
+#: What the model receives (after llm's ``Cancelled: ``) for a call whose state changed after
+#: its approval once too often (``APPROVALS_STALE_RETRIES``): it re-plans, as after a rejection.
+STALE_REFUSAL = "the state changed after approval"
 
 
 def refusal_text(decision: Decision) -> str | None:
@@ -605,7 +716,7 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
     settings = context.settings
     verdict = context.verdicts.pop(call.tool_call_id, None)
     asked = [(call, gate, verdict), *_waiting_in_turn(pause, base, context)]
-    made: list[tuple[Approval, GateOptions, list[str]]] = []
+    made: list[tuple[Approval, GateOptions, list[str], Preview | None]] = []
     for asked_call, asked_gate, asked_verdict in asked:
         options, rule_id = automatic.apply_requirement(asked_gate.options, asked_verdict)
         channel = _channel(options, context)
@@ -615,16 +726,22 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
             )
         approval = _new_approval(asked_call, pause.tool_results, context, options, channel)
         approval.rule_id = rule_id
+        preview = _preview(asked_gate, asked_call, settings)
+        approval.set_preview(preview)
+        if options.fingerprint is not None:  # fails closed: nothing pauses on an unknown state
+            approval.fingerprint = fingerprints.compute(
+                options.fingerprint, asked_call.arguments, settings.tool_modules
+            )
         events = automatic.verdict_events(asked_verdict) if asked_verdict is not None else []
-        made.append((approval, options, events))
+        made.append((approval, options, events, preview))
     # One card for the turn: it goes where the lead's goes, and every call of it knows the
     # others (``Approval.turn``). Each call keeps the lead's reminder and escalation times; the
     # first call still waiting acts for the card (``reminders.acts_for_card``).
     lead, card = made[0][0], made[0][1]
-    longest = [deadlines.plan(approval, settings, options, card) for approval, options, _ in made]
+    longest = [deadlines.plan(approval, settings, options, card) for approval, options, *_ in made]
     if len(made) > 1:
-        turn = tuple(a.id for a, _, _ in made)
-        for approval, _, _ in made:
+        turn = tuple(a.id for a, *_ in made)
+        for approval, *_ in made:
             approval.turn = turn
             approval.channel = lead.channel
     # One transaction: the approvals exist with the card job and their deadlines, or not at
@@ -636,19 +753,19 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
     held: list[str] | None = [] if confirm else None
     pipe = None
     run_ttl = None if None in longest else int(max(w or 0 for w in longest)) + settings.result_ttl
-    for approval, _, events in made:
+    for approval, _, events, preview in made:
         # Only the lead is a pause of the run (and holds the history the resume starts from);
         # the outcome finds the others through it.
         pipe = store.records.create(
             context.conn, approval, history if approval is lead else [], run_ttl=run_ttl,
-            events=events, pipeline=pipe, in_run=approval is lead, outbox=held,
+            events=events, pipeline=pipe, in_run=approval is lead, preview=preview, outbox=held,
         )  # fmt: skip
         deadlines.schedule(pipe, settings, approval)
     assert pipe is not None
     if confirm:
         pipe.execute()
         if not store.replication.replicated(context.conn, settings):
-            store.records.withdraw(context.conn, [a for a, _, _ in made])
+            store.records.withdraw(context.conn, [made_one[0] for made_one in made])
             raise NotReplicated(
                 f"the pause was not recorded: fewer than {settings.min_replicas} Redis "
                 "replica(s) confirmed it in time (APPROVALS_MIN_REPLICAS); nothing is waiting "
@@ -657,12 +774,20 @@ def _save_pause(pause: llm.PauseChain, base: list[Message], context: _RunContext
         pipe = context.conn.pipeline(transaction=True)
         pipe.multi()
         store.records.push_outbox(pipe, held or [])
-    queue.enqueue_card(context.conn, settings, lead.id, pipeline=pipe)
+    queue.enqueue_card(context.conn, settings, lead.id, lead.channel, pipeline=pipe)
     pipe.execute()
     if confirm and not store.replication.replicated(context.conn, settings):
         # The pause itself is on the replicas; a failover now could lose only its card job.
         log.warning("approval %s: replicas did not confirm its card job", lead.id)
     return lead.id
+
+
+def _preview(gate: Gate, call: llm.ToolCall, settings: Settings) -> Preview | None:
+    """What the gate's ``preview=`` says the call would do (None: the gate has none)."""
+    fn = gate.options.preview
+    if fn is None:
+        return None
+    return compute_preview(fn, dict(call.arguments), settings.preview_timeout)
 
 
 def _waiting_in_turn(

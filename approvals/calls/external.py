@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
@@ -27,6 +27,7 @@ from approvals.decisions.schemas import validate_arguments
 from approvals.errors import ConfigError, NotAllowed, NotReplicated, UnknownApproval
 from approvals.models import Approval, DecisionKind, GateOptions, RunResult, Status, ToolRef
 from approvals.models import result_to_dict as _result_to_dict
+from approvals.models.preview import Preview, PreviewKind, as_preview
 from approvals.secrets import secret_names
 from approvals.store import queue
 
@@ -46,6 +47,9 @@ class ExternalRequest:
     agent: str
     schema: dict[str, Any] | None = None
     preview: str | None = None
+    #: The state the decision depends on, named by the caller: signed into the receipt and
+    #: given back with the decision, so the service that acts can refuse a changed state.
+    fingerprint: str | None = None
     requested_by: str | None = None
     idempotency_key: str | None = None
     #: Groups the requests of one task, for the card's "This tool, this run" grant.
@@ -99,6 +103,9 @@ def ask(conn: redis.Redis, settings: Settings, request: ExternalRequest) -> tupl
     options, rule_id = automatic.apply_requirement(request.options, verdict)
     approval = _new_approval(settings, request, schema, options, options.channel or channel)
     approval.rule_id = rule_id
+    # The caller's text is markdown, as it always was; a unified diff is shown as one.
+    preview = None if request.preview is None else as_preview(request.preview, PreviewKind.MARKDOWN)
+    approval.set_preview(preview)
     deadlines.plan(approval, settings, options)
     digest = _key_digest(request.idempotency_key)
     if digest is not None:
@@ -107,7 +114,7 @@ def ask(conn: redis.Redis, settings: Settings, request: ExternalRequest) -> tupl
         if first is not None:
             return store.records.load(conn, first), False
     try:
-        _decide_or_save(conn, settings, approval, verdict)
+        _decide_or_save(conn, settings, approval, verdict, preview)
     except BaseException:
         if digest is not None:  # let a retry of the same key create it
             store.callers.forget_idempotency(conn, request.agent, digest)
@@ -116,7 +123,11 @@ def ask(conn: redis.Redis, settings: Settings, request: ExternalRequest) -> tupl
 
 
 def _decide_or_save(
-    conn: redis.Redis, settings: Settings, approval: Approval, verdict: policy.Verdict | None
+    conn: redis.Redis,
+    settings: Settings,
+    approval: Approval,
+    verdict: policy.Verdict | None,
+    preview: Preview | None = None,
 ) -> None:
     if verdict is not None and automatic.decides(verdict):
         automatic.record_rule_decision(conn, approval, verdict)
@@ -127,7 +138,7 @@ def _decide_or_save(
             automatic.record_grant_decision(conn, settings, approval, grant, verdict)
             return
     events = automatic.verdict_events(verdict) if verdict is not None else []
-    _save(conn, settings, approval, events)
+    _save(conn, settings, approval, events, preview)
 
 
 def run_of(approval: Approval) -> str | None:
@@ -156,7 +167,7 @@ def _new_approval(
         tools=[ToolRef(name=request.tool, path="", schema=schema)],
         channel=channel,
         summary=options.summary,
-        preview=request.preview,
+        fingerprint=request.fingerprint,
         requested_by=request.requested_by,
         policy=options.policy,
         secret_arguments=secret_names(names, settings.secret_names),
@@ -165,13 +176,25 @@ def _new_approval(
     )
 
 
-def _save(conn: redis.Redis, settings: Settings, approval: Approval, events: list[str]) -> None:
+def _save(
+    conn: redis.Redis,
+    settings: Settings,
+    approval: Approval,
+    events: list[str],
+    preview: Preview | None = None,
+) -> None:
     """The pending approval, its card job and its deadlines: all of them, or none. With
     ``APPROVALS_MIN_REPLICAS``, the card job (and the webhooks' entries) follow only once
     replicas confirm the approval; unconfirmed, it is withdrawn (as ``agent`` does)."""
     held: list[str] | None = [] if settings.min_replicas > 0 else None
     pipe = store.records.create(
-        conn, approval, [], run_ttl=_run_ttl(settings, approval), events=events, outbox=held
+        conn,
+        approval,
+        [],
+        run_ttl=_run_ttl(settings, approval),
+        events=events,
+        preview=preview,
+        outbox=held,
     )
     deadlines.schedule(pipe, settings, approval)
     if held is not None:
@@ -185,7 +208,7 @@ def _save(conn: redis.Redis, settings: Settings, approval: Approval, events: lis
         pipe = conn.pipeline(transaction=True)
         pipe.multi()
         store.records.push_outbox(pipe, held)
-    queue.enqueue_card(conn, settings, approval.id, pipeline=pipe)
+    queue.enqueue_card(conn, settings, approval.id, approval.channel, pipeline=pipe)
     pipe.execute()
 
 
@@ -239,6 +262,19 @@ def report_result(
     return store.records.load(conn, approval_id)
 
 
+def as_caller_sees(conn: redis.Redis, approval: Approval) -> Approval:
+    """The approval as its caller may see it: a decision whose after-steps are still owed (its
+    receipt not yet signed, its audit entry not yet written) still reads as ``pending``.
+
+    A caller acts on what it reads: shown a decision before its receipt exists, it would call
+    the downstream service with none and be refused. The wait (``?wait=``) wakes only once the
+    after-steps are done, and a plain read agrees with it.
+    """
+    if approval.status is Status.PENDING or not store.owed.owing(conn, [approval.id]):
+        return approval
+    return replace(approval, status=Status.PENDING, decision=None, receipt=None)
+
+
 def answer(approval: Approval) -> dict[str, Any]:
     """The JSON every caller receives (``GET /v1/approvals/{id}``, the MCP tool, the client)."""
     decision = approval.decision
@@ -269,6 +305,8 @@ def answer(approval: Approval) -> dict[str, Any]:
             "decided_by": decision.decided_by.value,
             "rule_id": decision.rule_id,
             "grant_id": decision.grant_id,
+            # The state it was decided on (the caller's own fingerprint), as the receipt says.
+            "fingerprint": approval.fingerprint,
         }
     if approval.result is not None:
         ok = approval.status is Status.COMPLETED

@@ -18,7 +18,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,10 +26,17 @@ import redis
 from slack_sdk import WebClient
 
 from approvals import store
-from approvals.calls import agent
+from approvals.calls import agent, fingerprints
 from approvals.config import Settings
+from approvals.decisions import deadlines
 from approvals.decisions.recovery import LEASE_SECONDS
-from approvals.errors import InvalidReceipt, ResumeError, ToolAlreadyStarted
+from approvals.errors import (
+    GateError,
+    InvalidReceipt,
+    ResumeError,
+    ToolAlreadyStarted,
+    UnknownApproval,
+)
 from approvals.models import DECIDED, Approval, RunResult, Status, result_to_dict
 from approvals.proof import receipts
 from approvals.slack import web as slack
@@ -43,6 +50,10 @@ RUNNING_AFTER = 1.0
 #: How long the end of a run waits for a "running" redraw already under way (a Slack call
 #: sleeping out a rate limit), so that the result is what the card shows last.
 NOTICE_WAIT = 15.0
+
+#: How long a run's result waits for the reply recording its decision, posted by the decider
+#: (a slow Slack call); past it, the result is shown anyway, rather than never.
+DECISION_REPLY_WAIT = 10.0
 
 #: The flag (``store.records.claim``) that lets one attempt publish a run's result.
 PUBLISHED = "result_published"
@@ -87,6 +98,13 @@ def resume(conn: redis.Redis, settings: Settings, client: WebClient, approval_id
 
 def _resume(conn: redis.Redis, settings: Settings, client: WebClient, approval_id: str) -> str:
     approval, history = store.records.load_with_history(conn, approval_id)
+    changed = _changed(settings, approval)
+    if changed and not approval.in_turn and approval.stale < settings.stale_retries:
+        return _ask_again(conn, settings, client, approval, changed[0])
+    for call, found, why in changed:  # asked often enough: the model is told, and re-plans
+        store.audit.append(conn, call.id, "stale_cancelled", "worker",
+                           approved=call.fingerprint or "", found=found or "",
+                           reason=why)  # fmt: skip
     # The card says "running" when the run takes a while; the update must not delay the
     # tool, so its clock starts once the tool has (or now, when the tool is not to run).
     shown: list[threading.Timer] = []
@@ -103,7 +121,8 @@ def _resume(conn: redis.Redis, settings: Settings, client: WebClient, approval_i
     if decision is None or not decision.kind.runs_tool:
         show_soon()
     _note_expired_receipt(conn, approval)
-    result, calls = _run(conn, settings, approval, show_soon, history)
+    stale = {call.id for call, _, _ in changed}
+    result, calls = _run(conn, settings, approval, show_soon, history, stale)
     if result.status is Status.INTERRUPTED:
         _record_end(conn, approval_id, Status.INTERRUPTED, "interrupted", reason=result.error or "")
         _call_off(shown)
@@ -135,6 +154,62 @@ def _resume(conn: redis.Redis, settings: Settings, client: WebClient, approval_i
         approval = store.records.load(conn, approval_id)
     _publish_now(conn, settings, client, approval, finished)
     return result.status.value
+
+
+#: (the call, the fingerprint found: None when it could not be computed, why it differs).
+_Change = tuple[Approval, str | None, str]
+
+
+def _changed(settings: Settings, approval: Approval) -> list[_Change]:
+    """The calls of this resume whose state changed since they were decided: their gate has a
+    ``fingerprint`` that now names another state than at the pause (or cannot be computed:
+    fail closed). Computed from the arguments the model proposed, which named the state the
+    people deciding looked at. Calls that do not run their tool need no check."""
+    changed: list[_Change] = []
+    others = [call for call in approval.turn_calls if call.id != approval.id]
+    for call in [approval, *others]:
+        path = call.policy.fingerprint
+        if path is None or call.decision is None or not call.decision.kind.runs_tool:
+            continue
+        try:
+            found = fingerprints.compute(path, call.arguments, settings.tool_modules)
+        except GateError as exc:
+            changed.append((call, None, str(exc)))
+            continue
+        if found != call.fingerprint:
+            changed.append((call, found, "the state changed since the approval"))
+    return changed
+
+
+def _ask_again(
+    conn: redis.Redis, settings: Settings, client: WebClient, approval: Approval, change: _Change
+) -> str:
+    """The state changed before the tool ran: the approval waits again, its decision undone
+    in the same step (so the next click is a new decision, with a new receipt), the new state
+    its fingerprint; the card asks again, saying why, with the gate's preview computed again
+    on the new state (the thread shows it too). It keeps its expiry."""
+    _, found, why = change
+    preview = agent.preview_now(settings, approval)
+    undone = ("decision", "decided_by", "decided_status", "votes", "receipt", "receipt_error")
+    fields = {name: "" for name in undone}
+    fields |= {"stale": str(approval.stale + 1), "fingerprint": found or ""}
+    fields |= store.records.preview_fields(preview)
+    event = store.audit.audit_entry("stale", "worker", approved=approval.fingerprint or "",
+                                    found=found or "", reason=why)  # fmt: skip
+    moved = store.transitions.transition(
+        conn, approval.id, Status.PENDING, fields, sources=[Status.RUNNING], event=event
+    ).ok
+    if not moved:
+        return "skipped"
+    if approval.expires_at > 0:
+        deadlines.add(conn, deadlines.Kind.EXPIRE, approval.id, approval.expires_at)
+    try:
+        store.records.keep_whole_preview(conn, approval.id, preview)
+        again = store.records.load(conn, approval.id)
+        slack.announce_stale(client, again, approval.fingerprint, found, preview)
+    except Exception:  # the record waits again; the card catches up on the next redraw
+        log.warning("could not redraw the card of stale approval %s", approval.id, exc_info=True)
+    return "stale"
 
 
 def _note_expired_receipt(conn: redis.Redis, approval: Approval) -> None:
@@ -237,13 +312,14 @@ def _run(
     approval: Approval,
     on_tool_start: Callable[[], None],
     history: bytes | None,
+    stale: Collection[str] = (),
 ) -> tuple[RunResult, dict[str, tuple[dict[str, Any] | None, str | None]]]:
     try:
         saved = store.records.parse_history(approval.id, history)  # a broken one fails the run
         # Each released call is handed its own receipt as it starts (agent's before_call);
         # whatever else the resume runs, before or after, gets none.
         with receipts.holding(None):
-            resumed = agent.resume(conn, settings, approval, on_tool_start, saved)
+            resumed = agent.resume(conn, settings, approval, on_tool_start, saved, stale)
     except ToolAlreadyStarted as exc:  # another attempt started the tool: never twice
         return RunResult(Status.INTERRUPTED, error=str(exc)), {}
     except ResumeError as exc:
@@ -259,6 +335,7 @@ def _run(
         next_approval_id=outcome.pause_id if paused else None,
         executed_arguments=resumed.executed_arguments,
         tool_output=resumed.tool_output,
+        preview=None if resumed.preview is None else resumed.preview.shortened,
     ), resumed.calls
 
 
@@ -283,6 +360,52 @@ def _publish_now(
     except Exception:
         log.warning("publishing approval %s failed; retrying as a job", approval.id, exc_info=True)
         queue.enqueue_publish(conn, settings, approval.id)
+
+
+def _turn_calls(conn: redis.Redis, approval: Approval) -> list[Approval]:
+    """The approval, and the other calls of its turn (they share its card and thread)."""
+    others = [store.records.load(conn, call_id) for call_id in approval.turn[1:]]
+    return [approval, *others]
+
+
+def parent_replied_first(conn: redis.Redis, client: WebClient, approval_id: str) -> None:
+    """The card of a run that paused again goes into its parent's thread: after the reply
+    that says who decided the parent (``decision_replied_first``). A parent no longer kept
+    holds nothing back."""
+    parent_id = store.records.load(conn, approval_id).parent_id
+    try:
+        parent = None if parent_id is None else store.records.load(conn, parent_id)
+    except UnknownApproval:
+        return
+    if parent is not None:
+        decision_replied_first(conn, client, parent)
+
+
+def decision_replied_first(conn: redis.Redis, client: WebClient, approval: Approval) -> None:
+    """Make the thread say who decided before it says what the run did.
+
+    The decider posts that reply (``slack.announce_decision``) while a worker may already be
+    running the tool, and nothing orders two posts at Slack but their arrival. So the result
+    waits until the reply is posted; if nobody has begun to post it yet, this posts it (the
+    decider then finds it claimed, and only redraws the card). A claim whose reply does not
+    come within ``DECISION_REPLY_WAIT`` (its decider died) no longer holds the result back.
+    """
+    if approval.decision is None or approval.card_ts is None:
+        return
+    deadline = time.monotonic() + DECISION_REPLY_WAIT
+    while True:
+        owed, claimed, replied = store.owed.reply_state(conn, approval)
+        if replied or not (owed or claimed):
+            return  # posted, or no reply to wait for (nobody shows this decision)
+        if not claimed:
+            slack.announce_decision(client, conn, approval)
+            continue
+        if time.monotonic() >= deadline:
+            log.warning(
+                "approval %s: its decision's reply did not come; showing the result", approval.id
+            )
+            return
+        time.sleep(0.05)
 
 
 def _show_running(client: WebClient, approval: Approval) -> None:
@@ -341,6 +464,8 @@ def publish(
     if not claimed and not store.records.claim(conn, approval.id, PUBLISHED):
         return
     try:
+        for call in _turn_calls(conn, approval):
+            decision_replied_first(conn, client, call)
         slack.announce_result(client, approval)
     except Exception:
         store.records.release(conn, approval.id, PUBLISHED)  # let RQ's retry try again

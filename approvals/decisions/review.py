@@ -421,6 +421,8 @@ def _sign(
         requested_by=approval.requested_by,
         agent=approval.agent,
         ttl=settings.receipt_ttl,
+        preview_sha256=approval.preview_sha256,
+        fingerprint=approval.fingerprint,
     )
 
 
@@ -546,7 +548,9 @@ def _plan(
             # No chain to resume: the decision, and its receipt, go to the caller waiting.
             store.callers.wake_caller(pipe, approval.id, settings.result_ttl)
         elif not stops and not approval.in_turn:
-            queue.enqueue_resume(conn, settings, approval.id, pipeline=pipe)
+            # Asked again after the state changed: its first resume job is kept by RQ still.
+            again = approval.stale > 0
+            queue.enqueue_resume(conn, settings, approval.id, again=again, pipeline=pipe)
 
     return events, more
 

@@ -2,8 +2,9 @@
 
 ``dev`` owns a Redis server (unless ``REDIS_URL`` is set), serves the Slack sandbox (unless
 Slack tokens are set) and supervises the production ``approvals bot`` and ``approvals worker``
-commands. It writes ``<data-dir>/dev.json`` so that ``demo`` (and agents, through the printed
-``REDIS_URL``) find its Redis and channel without any configuration.
+commands. It writes ``<data-dir>/dev.json`` so that ``demo`` finds its Redis and channel
+without any configuration, and ``<data-dir>/env``, the environment an agent or a second
+terminal needs (``set -a; . .approvals/env; set +a``): ``approvals doctor`` passes in it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import contextlib
 import getpass
 import json
 import os
+import shlex
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
@@ -21,6 +24,7 @@ from typing import Any, TypeVar
 
 import click
 
+from approvals import store
 from approvals.config import Settings
 from approvals.dev.redis_server import OwnedRedis
 from approvals.dev.sandbox.server import Sandbox
@@ -34,7 +38,23 @@ SANDBOX_CHANNEL = "C0APPROVALS"
 SANDBOX_USERS = {"U0DEV": getpass.getuser(), "U0TEAMMATE": "teammate"}
 DEMO_REQUESTER = "U0TEAMMATE"
 DEMO_MODULE = "approvals.dev.demo"
+#: The llm plugin with the demo's offline model (also an entry point: any process finds it).
+MODEL_MODULE = "approvals.dev.model"
 INFO_FILE = "dev.json"
+ENV_FILE = "env"
+#: What an agent or a second terminal needs of the bot's and the worker's environment.
+AGENT_VARIABLES = (
+    "REDIS_URL",
+    "APPROVALS_CHANNEL",
+    "SLACK_BOT_TOKEN",
+    "SLACK_SIGNING_SECRET",
+    "SLACK_API_URL",
+    "SLACK_APP_TOKEN",
+    "APPROVALS_TOOL_MODULES",
+    "APPROVALS_LLM_PLUGINS",
+)
+#: Seconds the command that restarts this ``approvals dev`` stays in Redis unless refreshed.
+ANNOUNCE_TTL = 30
 _LISTENING = "approvals bot listening on "
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -63,14 +83,24 @@ def _data_dir(help: str) -> Callable[[F], F]:
     help="Run the bot in Socket Mode behind the sandbox: it dials the sandbox's WebSocket, "
     "and clicks, commands and events arrive over it instead of as signed HTTP requests.",
 )
-@_data_dir("Where Redis keeps its data and the sandbox its channel.")
-def dev_run(port: int, sandbox: bool, socket_mode: bool, data_dir: Path) -> None:
+@click.option(
+    "--tools",
+    "tool_modules",
+    multiple=True,
+    metavar="MODULE",
+    help="A module (and its submodules) the worker may import your agent's tools from; "
+    "repeat it for more. Added to APPROVALS_TOOL_MODULES and the demo's own module.",
+)
+@_data_dir("Where Redis keeps its data, the sandbox its channel, and `env` the agents' settings.")
+def dev_run(
+    port: int, sandbox: bool, socket_mode: bool, tool_modules: tuple[str, ...], data_dir: Path
+) -> None:
     """Run Redis, the bot, a worker and a local Slack sandbox: no workspace, no setup."""
     try:
         with _redis(data_dir) as redis_url:
             use_sandbox = sandbox or socket_mode or not os.environ.get("SLACK_BOT_TOKEN")
             with _slack(use_sandbox, socket_mode, port, data_dir) as slack:
-                _supervise(data_dir, redis_url, slack, port)
+                _supervise(data_dir, redis_url, slack, port, tool_modules)
     except ApprovalsError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -145,8 +175,14 @@ def _slack(
         sandbox.stop()
 
 
-def _supervise(data_dir: Path, redis_url: str, sandbox: Sandbox | None, port: int) -> None:
-    env = _child_env(redis_url, sandbox)
+def _supervise(
+    data_dir: Path,
+    redis_url: str,
+    sandbox: Sandbox | None,
+    port: int,
+    tool_modules: tuple[str, ...] = (),
+) -> None:
+    env = _child_env(redis_url, sandbox, tool_modules)
     # Behind the sandbox the bot takes any free port; for real Slack, the one asked for.
     bot_port = "0" if sandbox else str(port)
     bot = [sys.executable, "-m", "approvals", "bot", "--host", "127.0.0.1", "--port", bot_port]
@@ -169,18 +205,23 @@ def _supervise(data_dir: Path, redis_url: str, sandbox: Sandbox | None, port: in
         "sandbox_url": sandbox.url if sandbox else None,
         "requester": DEMO_REQUESTER if sandbox else None,
     }
+    settings = Settings.from_env(env)  # a bad setting stops us here, before any file is written
     info_file = data_dir / INFO_FILE
     _make_data_dir(data_dir)
     info_file.write_text(json.dumps(info, indent=2) + "\n")
-    _print_banner(info)
+    env_file = _write_env(data_dir, env, sandbox)
+    _print_banner(env, env_file)
+    stop_announcing = _announce(settings)
     previous = _stop_on_signals(supervisor)
     try:
         supervisor.run()
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        with contextlib.suppress(FileNotFoundError):
-            info_file.unlink()
+        stop_announcing()
+        for written in (info_file, env_file):
+            with contextlib.suppress(FileNotFoundError):
+                written.unlink()
         click.echo("approvals dev: stopped")
 
 
@@ -188,15 +229,19 @@ def _without_key(env: dict[str, str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if name != "APPROVALS_SIGNING_KEY"}
 
 
-def _child_env(redis_url: str, sandbox: Sandbox | None) -> dict[str, str]:
+def _child_env(
+    redis_url: str, sandbox: Sandbox | None, tool_modules: tuple[str, ...] = ()
+) -> dict[str, str]:
     """The bot's and the worker's whole environment: this one, pointed at our Redis and
     sandbox (the supervisor adds nothing to it)."""
     # The worker resumes the demo agent, so it needs the demo's model and may import its tools.
     env = {
         **os.environ,
         "REDIS_URL": redis_url,
-        "APPROVALS_LLM_PLUGINS": _with_module("APPROVALS_LLM_PLUGINS", DEMO_MODULE),
-        "APPROVALS_TOOL_MODULES": _with_module("APPROVALS_TOOL_MODULES", DEMO_MODULE),
+        "APPROVALS_LLM_PLUGINS": _with_modules("APPROVALS_LLM_PLUGINS", MODEL_MODULE),
+        "APPROVALS_TOOL_MODULES": _with_modules(
+            "APPROVALS_TOOL_MODULES", *tool_modules, DEMO_MODULE
+        ),
     }
     if sandbox is not None:
         env.update(
@@ -210,10 +255,57 @@ def _child_env(redis_url: str, sandbox: Sandbox | None) -> dict[str, str]:
     return env
 
 
-def _with_module(variable: str, module: str) -> str:
-    """The comma-separated list in ``variable``, with ``module`` added (once)."""
+def _with_modules(variable: str, *modules: str) -> str:
+    """The comma-separated list in ``variable``, with ``modules`` added (each once)."""
     names = [n.strip() for n in os.environ.get(variable, "").split(",")]
-    return ",".join([*(n for n in names if n and n != module), module])
+    return ",".join(dict.fromkeys(n for n in [*names, *modules] if n))
+
+
+def _write_env(data_dir: Path, env: Mapping[str, str], sandbox: Sandbox | None) -> Path:
+    """``<data-dir>/env``: what an agent or a second terminal needs, as ``KEY=value`` lines a
+    shell sources (``set -a; . .approvals/env; set +a``). The sandbox's tokens are written
+    because they are made afresh at each start; a real workspace's tokens are not copied to
+    disk (they are in your shell already)."""
+    names = AGENT_VARIABLES if sandbox is not None else ("REDIS_URL", "APPROVALS_CHANNEL")
+    names = (*names, "APPROVALS_TOOL_MODULES", "APPROVALS_LLM_PLUGINS")
+    lines = [
+        "# Written by approvals dev at each start, removed when it stops: what an agent or",
+        f"# a second terminal needs. Load it with:  set -a; . {data_dir / ENV_FILE}; set +a",
+        *(f"{name}={shlex.quote(env.get(name, ''))}" for name in dict.fromkeys(names)),
+    ]
+    path = data_dir / ENV_FILE
+    path.unlink(missing_ok=True)
+    path.touch(mode=0o600)  # the sandbox's tokens: yours only
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _announce(settings: Settings) -> Callable[[], None]:
+    """Keep the command that restarts this ``approvals dev`` in Redis while it runs, so an
+    agent whose tools its worker would refuse is told that command (``approvals.store.workers``).
+    Returns what stops it, and removes the command."""
+    command = "approvals " + shlex.join(sys.argv[1:])
+    stop = threading.Event()
+
+    def loop() -> None:
+        conn = store.connection.connect(settings)
+        while True:
+            with contextlib.suppress(Exception):  # Redis restarting: the next round says it
+                store.workers.announce_dev(conn, command, ANNOUNCE_TTL)
+            if stop.wait(ANNOUNCE_TTL / 3):
+                break
+        with contextlib.suppress(Exception):
+            store.workers.forget_dev(conn)
+        conn.close()
+
+    thread = threading.Thread(target=loop, name="approvals-dev-announce", daemon=True)
+    thread.start()
+
+    def stop_announcing() -> None:
+        stop.set()
+        thread.join(timeout=5)
+
+    return stop_announcing
 
 
 def _bot_watcher(sandbox: Sandbox | None, say: Callable[[str], None]) -> LineHandler:
@@ -244,9 +336,14 @@ def _stop_on_signals(supervisor: Supervisor) -> dict[int, Any]:
     return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
 
 
-def _print_banner(info: Mapping[str, Any]) -> None:
-    click.echo("approvals dev: agents in other terminals need:")
-    click.echo(f"  export REDIS_URL='{info['redis_url']}' APPROVALS_CHANNEL={info['channel']}")
+def _print_banner(env: Mapping[str, str], env_file: Path) -> None:
+    modules = env["APPROVALS_TOOL_MODULES"].replace(",", ", ")
+    click.echo(f"approvals dev: the worker imports tools from {modules} (more: --tools MODULE)")
+    click.echo(f"approvals dev: agents and other terminals need this environment, from {env_file}:")
+    click.echo(f"  set -a; . {shlex.quote(str(env_file))}; set +a")
+    for line in env_file.read_text().splitlines():
+        if not line.startswith("#"):
+            click.echo(f"  {line}")
 
 
 def _make_data_dir(data_dir: Path) -> None:

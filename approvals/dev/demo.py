@@ -1,67 +1,32 @@
 """A demo agent that needs no model API key: it lists a folder, then asks to delete a file.
 
-``approvals demo`` runs it so a new user sees a card within a second. Its model is offline and
-rule-based, registered through llm's plugin hook (``APPROVALS_LLM_PLUGINS=approvals.dev.demo``,
-which ``approvals dev`` gives its worker): turn one lists the folder named in the prompt, turn
-two asks to delete the first object file it saw, turn three says what happened, so a
-rejection's reason and an edit show up in its answer.
+``approvals demo`` runs it so a new user sees a card within a second. Its model is
+``approvals-demo`` (``approvals.dev.model``), offline and rule-based: turn one lists the folder
+named in the prompt, turn two asks to delete the first object file it saw, turn three says
+what happened, so a rejection's reason and an edit show up in its answer.
 
 The tools only touch a throw-away workspace made for each run (marked with a file), even if
-someone edits the path in the card to point elsewhere.
+someone edits the path in the card to point elsewhere. The deletion's card shows its preview:
+what the path holds (``approvals.previews.path_contents``), computed again after an Edit.
 """
 
 from __future__ import annotations
 
-import re
 import shutil
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-import llm
-from llm.parts import Message, TextPart, ToolResultPart
-
-from approvals import requires_approval
+from approvals import Preview, previews, requires_approval
 from approvals.calls.agent import Outcome, run_agent
 from approvals.config import Settings
+from approvals.dev import model
+from approvals.dev.model import MODEL_ID
 
-MODEL_ID = "approvals-demo"
 AGENT = "demo-cleanup"
 #: The file that marks a folder as a demo workspace, where the tools may act.
 MARKER = ".approvals-demo"
 _PROMPT = "Tidy up {folder}: delete the object files you find there."
 _FILES = {"app.o": "\x7fELF object", "util.o": "\x7fELF object", "app": "\x7fELF", "notes.txt": ""}
-
-
-@llm.hookimpl
-def register_models(register: Any) -> None:
-    register(TidyModel())
-
-
-class TidyModel(llm.Model):
-    """Plays three turns, worked out from the conversation so far (so a worker can resume it)."""
-
-    model_id = MODEL_ID
-    can_stream = False
-    supports_tools = True
-
-    def execute(
-        self, prompt: Any, stream: bool, response: Any, conversation: Any = None
-    ) -> Iterator[str]:
-        messages: list[Message] = list(prompt.messages)
-        turn = sum(1 for m in messages if m.role == "assistant")
-        results = [p for m in messages if m.role == "tool" for p in m.parts]
-        last = next((p for p in reversed(results) if isinstance(p, ToolResultPart)), None)
-        if turn == 0:
-            folder = _folder_in(messages)
-            response.add_tool_call(llm.ToolCall(name="list_files", arguments={"path": folder}))
-        elif turn == 1 and last is not None and (target := _object_file(last.output)):
-            response.add_tool_call(llm.ToolCall(name="delete_path", arguments={"path": target}))
-        elif turn == 1:
-            yield "There is nothing to tidy up: I found no object files."
-        else:
-            yield _report(last.output if last is not None else "")
 
 
 def list_files(path: str) -> str:
@@ -71,7 +36,12 @@ def list_files(path: str) -> str:
     return "\n".join(str(p) for p in files) or "(empty)"
 
 
-@requires_approval(summary="Delete {path}")
+def _what_goes(path: str) -> Preview:
+    """The card's preview of a deletion: the files it would remove, and their size."""
+    return previews.path_contents(_inside_workspace(path))
+
+
+@requires_approval(summary="Delete {path}", preview=_what_goes)
 def delete_path(path: str) -> str:
     """Delete a file or a folder in the demo workspace."""
     target = _inside_workspace(path)
@@ -101,7 +71,7 @@ def run_demo(settings: Settings, base: Path, requested_by: str | None = None) ->
     """Make a workspace and run the demo agent on it until it pauses for the deletion."""
     settings = replace(
         settings,
-        llm_plugins=_with(settings.llm_plugins, __name__),
+        llm_plugins=_with(settings.llm_plugins, model.__name__),
         tool_modules=_with(settings.tool_modules, __name__),
     )
     folder = make_workspace(base)
@@ -127,24 +97,3 @@ def _inside_workspace(path: str) -> Path:
     if not target.exists():
         raise FileNotFoundError(f"{path} does not exist")
     return target
-
-
-def _folder_in(messages: list[Message]) -> str:
-    prompt = " ".join(
-        p.text for m in messages if m.role == "user" for p in m.parts if isinstance(p, TextPart)
-    )
-    match = re.search(r"Tidy up (.+?): ", prompt)
-    return match.group(1) if match else "."
-
-
-def _object_file(listing: str) -> str | None:
-    return next((line for line in listing.splitlines() if line.endswith(".o")), None)
-
-
-def _report(output: str) -> str:
-    """The final answer: what the last tool call did (an edit note comes first, if any)."""
-    if output.startswith("Cancelled:"):
-        return f"I left the files alone ({output.removeprefix('Cancelled: ')})."
-    lines = output.strip().splitlines() or [""]
-    note = f" ({lines[0].strip('[]')})" if len(lines) > 1 else ""
-    return f"Done: {lines[-1]}.{note}"

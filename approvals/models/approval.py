@@ -10,6 +10,8 @@ An approval is one paused tool call waiting for people. Its life::
                         ▲                       ├──► failed
                         └── retry ── interrupted ◄┘  (the worker died while the gated tool
                                                      may have been running)
+    running ──► pending   (stale: the state the gate's ``fingerprint`` names changed between
+                           the decision and the run; the tool did not run, people decide again)
 
 A rejected or expired approval whose gate says ``on_reject="stop"`` is never resumed: its run
 ends there. An *external* approval (asked through the HTTP API, ``approvals.calls.external``) has no
@@ -36,6 +38,7 @@ from approvals.models.options import (
     options_from_dict,
     options_to_dict,
 )
+from approvals.models.preview import Preview, PreviewKind
 from approvals.secrets import mask, mask_text
 
 
@@ -65,7 +68,9 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.PENDING: DECIDED,
     **{decided: frozenset({Status.RUNNING}) for decided in DECIDED},
     # Back to the decision when the worker died before the gated tool started (safe to rerun).
-    Status.RUNNING: FINISHED | {Status.INTERRUPTED} | DECIDED,
+    # Back to waiting when the state changed since the decision (``fingerprint``), before
+    # the tool started: someone must decide again.
+    Status.RUNNING: FINISHED | {Status.INTERRUPTED, Status.PENDING} | DECIDED,
     # Retry restores the original decision, so the resume runs exactly as decided.
     Status.INTERRUPTED: DECIDED,
     Status.COMPLETED: frozenset(),
@@ -186,6 +191,9 @@ class RunResult:
     #: What actually ran for the gated call, and what it returned (None: it did not run).
     executed_arguments: dict[str, Any] | None = None
     tool_output: str | None = None
+    #: The head of the gate's preview for the edited arguments, computed just before the tool
+    #: ran (None: not edited, or no preview).
+    preview: Preview | None = None
 
 
 @dataclass
@@ -227,10 +235,19 @@ class Approval:
     llm_log: bool = False
     #: Asked through the HTTP API: the decision goes to the waiting caller, nothing resumes.
     external: bool = False
-    #: Markdown the caller wrote for the card (external approvals).
+    #: What the call would do, as its tool's ``preview=`` (or an API caller) says: the head
+    #: of it (``approvals.models.preview``; the whole is kept apart when longer).
     preview: str | None = None
+    #: How ``preview`` is shown (None: a caller's markdown, as older records hold it).
+    preview_kind: PreviewKind | None = None
+    #: The SHA-256 of the whole preview, and its length in characters.
+    preview_sha256: str | None = None
+    preview_length: int = 0
     #: The policy rule that required this review, or decided it automatically.
     rule_id: str | None = None
+    #: The state the decision depends on, as the gate's ``fingerprint`` named it at the
+    #: pause (or an API caller sent it): the worker computes it again before the tool runs.
+    fingerprint: str | None = None
     #: Seconds between reminders to the approvers (0: none); at most ``MAX_REMINDERS``.
     remind_after: float = 0.0
     #: Seconds after which the card is escalated to ``escalate_to`` (0: never).
@@ -253,6 +270,9 @@ class Approval:
     receipt: str | None = None
     #: When the card was escalated (None: not, or not yet).
     escalated_at: float | None = None
+    #: How many times the state changed between a decision and its run (each time the
+    #: approval went back to waiting).
+    stale: int = 0
     #: The turn's approvals as read with this one (``store.records.load``), lead first; never
     #: stored.
     turn_calls: tuple[Approval, ...] = field(default=(), repr=False, compare=False)
@@ -310,6 +330,7 @@ class Approval:
             "tool_finished_at",
             "receipt",
             "escalated_at",
+            "stale",
             "turn_calls",
         )
         for mutable in mutable_fields:
@@ -317,8 +338,9 @@ class Approval:
         if not self.turn:  # most calls are alone in their turn: nothing stored for them
             del data["turn"]
         data["policy"] = options_to_dict(self.policy, CARRIED)
-        if self.policy.webhook is None:  # most gates have none: not stored for each approval
-            del data["policy"]["webhook"]
+        for rare in ("webhook", "fingerprint"):  # most gates have none: not stored for each
+            if getattr(self.policy, rare) is None:
+                del data["policy"][rare]
         return data
 
     def stored_record(self) -> str:
@@ -352,6 +374,27 @@ class Approval:
     def shown_arguments(self) -> dict[str, Any]:
         """The proposed arguments as people may see them: secrets masked."""
         return mask(self.arguments, self.secret_arguments)
+
+    @property
+    def shown_preview(self) -> Preview | None:
+        """The preview's head as people may see it: what is masked in the arguments is masked
+        in it."""
+        if self.preview is None:
+            return None
+        text = mask_text(self.preview, self.arguments, self.shown_arguments)
+        return Preview(text, self.preview_kind or PreviewKind.MARKDOWN)
+
+    @property
+    def preview_cut(self) -> bool:
+        """Whether the record holds only the head of a longer preview."""
+        return self.preview is not None and self.preview_length > len(self.preview)
+
+    def set_preview(self, preview: Preview | None) -> None:
+        """Record ``preview`` (its head, kind, digest and length); None clears it."""
+        self.preview = None if preview is None else preview.head
+        self.preview_kind = None if preview is None else preview.kind
+        self.preview_sha256 = None if preview is None else preview.sha256
+        self.preview_length = 0 if preview is None else len(preview.text)
 
     @property
     def shown_summary(self) -> str | None:
@@ -402,6 +445,10 @@ def _optional_time(data: Any, name: str) -> float:
     return 0.0 if data.get(name) is None else _time(data, name)
 
 
+def _optional_enum(enum: type[StrEnum], raw: Any) -> Any:
+    return None if raw is None else _enum(enum, raw)
+
+
 def _enum(enum: type[StrEnum], raw: Any) -> Any:
     try:
         return enum(raw)
@@ -420,6 +467,7 @@ _LEFT_OUT_WHEN: dict[str, Any] = {
     "llm_version": "",
     "remind_after": 0.0,
     "escalate_after": 0.0,
+    "preview_length": 0,
 }
 
 
@@ -471,7 +519,11 @@ def approval_from_parts(
         llm_log=_get(record, "llm_log", bool, optional=True) or False,
         external=_get(record, "external", bool, optional=True) or False,
         preview=_get(record, "preview", str, optional=True),
+        preview_kind=_optional_enum(PreviewKind, record.get("preview_kind")),
+        preview_sha256=_get(record, "preview_sha256", str, optional=True),
+        preview_length=_get(record, "preview_length", int, optional=True) or 0,
         rule_id=_get(record, "rule_id", str, optional=True),
+        fingerprint=_get(record, "fingerprint", str, optional=True),
         remind_after=_optional_time(record, "remind_after"),
         escalate_after=_optional_time(record, "escalate_after"),
         escalate_to=_strings(record.get("escalate_to", []), "escalate_to"),
@@ -544,4 +596,11 @@ def _result_from_dict(data: Any) -> RunResult:
         next_approval_id=_get(data, "next_approval_id", str, optional=True),
         executed_arguments=_get(data, "executed_arguments", dict, optional=True),
         tool_output=_get(data, "tool_output", str, optional=True),
+        preview=_preview_from_dict(data.get("preview")),
     )
+
+
+def _preview_from_dict(data: Any) -> Preview | None:
+    if data is None:
+        return None
+    return Preview(_get(data, "text", str), _enum(PreviewKind, _get(data, "kind", str)))

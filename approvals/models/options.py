@@ -20,10 +20,11 @@ it keeps (any iterable of names, kept as a tuple), and mypy types ``attrs`` conv
 from __future__ import annotations
 
 import math
+import sys
 import textwrap
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum, StrEnum
 from typing import Any, Literal
 
@@ -50,6 +51,8 @@ UNSET: Literal[_Unset.TOKEN] = _Unset.TOKEN
 ExpiresIn = float | None | Literal[_Unset.TOKEN]
 #: Names (user ids, group ids, channel ids, arguments); None: the default.
 Names = tuple[str, ...] | None
+#: A function of a call's arguments (the tool's own keyword arguments): code, never stored.
+OfArguments = Callable[..., Any] | None
 
 #: The longest an approval asked through the API may stay open, and wait for a reminder.
 MAX_API_SECONDS = 30 * 24 * 3600.0
@@ -96,6 +99,37 @@ def _about(doc: str, **more: Any) -> dict[str, About]:
 def _names(value: Iterable[str] | None) -> tuple[str, ...] | None:
     """Names as a tuple (a bare string is refused before this runs: ``__attrs_pre_init__``)."""
     return None if value is None else tuple(value)
+
+
+#: The longest fingerprint (a hash, a version, a commit): it is stored on the approval and
+#: signed into its receipt, so it names the state, it does not hold it.
+FINGERPRINT_LONGEST = 200
+
+
+def _function_path(value: Callable[..., Any] | str | None) -> str | None:
+    """``fingerprint``'s function as the dotted path a worker imports it by
+    (``module:qualname``); a path passes unchanged. A function a worker could never import
+    again (a lambda, a nested function, one defined in a script run as ``__main__``) is
+    refused here, where the gate is made, rather than at the pause."""
+    if value is None or isinstance(value, str):
+        return value
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if not callable(value) or not isinstance(module, str) or not isinstance(qualname, str):
+        raise TypeError(f"fingerprint must be a module-level function, not {value!r}")
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        raise TypeError(
+            f"fingerprint {qualname} must be a module-level function (a worker imports it "
+            "to check the state again before the tool runs), not a lambda or nested function"
+        )
+    if module == "__main__":
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        if spec is None:
+            raise TypeError(
+                f"fingerprint {qualname} is defined in a script run as __main__; a worker "
+                "cannot import it. Move it into a module (or run the script with python -m)."
+            )
+        module = spec.name
+    return f"{module}:{qualname}"
 
 
 def _choice(value: str) -> OnReject:
@@ -178,6 +212,21 @@ class GateOptions:
         " (default ``APPROVALS_ESCALATE_TO``).",
         api=Api(longest=20, pattern=_CHANNEL_OR_GROUP), at_pause=True,
     ))  # fmt: skip
+    preview: OfArguments = attrs.field(default=None, metadata=_about(
+        "a function taking the call's arguments that returns what the call would do: a string"
+        " (a unified diff is shown as one) or an ``approvals.Preview`` (text, markdown or"
+        " diff). It runs when the call pauses, for at most ``APPROVALS_PREVIEW_TIMEOUT``"
+        " seconds; the card shows its head and the whole of it in a modal.",
+        at_pause=True,
+    ))  # fmt: skip
+    fingerprint: str | None = attrs.field(default=None, converter=_function_path, metadata=_about(
+        "a module-level function (in ``APPROVALS_TOOL_MODULES``) that takes the call's"
+        " arguments and returns a short string naming the state the decision depends on (a"
+        " file's hash and mtime, a row's version, a git commit). Computed at the pause and"
+        " again just before the tool runs: if it differs, the tool does not run and people"
+        " decide again (docs/stale.md). Kept as its ``module:qualname``.",
+        shortest=3,
+    ))  # fmt: skip
 
     def __attrs_pre_init__(self, **given: Any) -> None:
         for name, value in given.items():
@@ -248,6 +297,8 @@ def _is(member: Any, value: Any) -> bool:
         return isinstance(value, tuple) and all(isinstance(v, str) for v in value)
     if typing.get_origin(member) is Literal:
         return value in typing.get_args(member)
+    if typing.get_origin(member) is Callable:
+        return callable(value)
     return isinstance(value, member)
 
 
@@ -265,6 +316,8 @@ def _described(member: Any) -> str:
         return "a list of names"
     if typing.get_origin(member) is Literal:
         return "left out"
+    if typing.get_origin(member) is Callable:
+        return "a function"
     if isinstance(member, type) and issubclass(member, Enum):
         return "one of " + ", ".join(repr(e.value) for e in member)
     plain = {types.NoneType: "None", bool: "true or false", int: "a whole number",
@@ -293,6 +346,12 @@ SPENT_AT_PAUSE = frozenset(name for name, about in ABOUT.items() if about.at_pau
 CARRIED: tuple[str, ...] = tuple(name for name in OPTIONS if name not in SPENT_AT_PAUSE)
 #: Options a ``[rule.require]`` table may set.
 SET_BY_RULES = frozenset(name for name, about in ABOUT.items() if about.rule)
+#: Options whose value is a function: code, which the JSON form leaves out (the tool's own
+#: module gives it to the worker again).
+CODE = frozenset(
+    name for name, kind in _KINDS.items()
+    if any(typing.get_origin(member) is Callable for member in kind.members)
+)  # fmt: skip
 #: Options the HTTP API offers.
 SET_BY_API: tuple[str, ...] = tuple(name for name, about in ABOUT.items() if about.api)
 
@@ -318,12 +377,12 @@ def options_to_dict(
     options: GateOptions, names: Iterable[str] = OPTIONS, *, sparse: bool = False
 ) -> dict[str, Any]:
     """Options as JSON-ready data (``options_from_dict`` reads them back): lists for tuples,
-    text for choices, an unset ``expires_in`` left out; ``sparse`` leaves out every option that
-    holds its default."""
+    text for choices, an unset ``expires_in`` and functions (code, not data) left out;
+    ``sparse`` leaves out every option that holds its default."""
     data: dict[str, Any] = {}
     for name in names:
         value = getattr(options, name)
-        if value is UNSET or (sparse and value == DEFAULTS[name]):
+        if value is UNSET or name in CODE or (sparse and value == DEFAULTS[name]):
             continue
         if isinstance(value, tuple):
             value = list(value)

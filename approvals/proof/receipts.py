@@ -73,6 +73,11 @@ class Receipt:
     grant: str | None = None
     granted_by: str | None = None
     rule: str | None = None
+    #: The SHA-256 of the preview the deciders were shown (None: the call had none).
+    preview_sha256: str | None = None
+    #: The state the decision depended on, as the gate's ``fingerprint`` (or the API caller)
+    #: named it; None when nothing named one. The service compares it with its own state.
+    fingerprint: str | None = None
 
 
 def args_sha256(arguments: Any) -> str:
@@ -100,6 +105,8 @@ def sign_receipt(
     grant: str | None = None,
     granted_by: str | None = None,
     rule: str | None = None,
+    preview_sha256: str | None = None,
+    fingerprint: str | None = None,
     now: float | None = None,
 ) -> str:
     """Sign a receipt with the private key at ``key_path`` (the bot and the CLI only).
@@ -108,6 +115,10 @@ def sign_receipt(
         decided_by: what released the call; ``grant`` needs ``grant`` (its id) and
             ``granted_by`` (who made it), ``rule`` needs ``rule`` (its id), and a person's
             decision names neither.
+        preview_sha256: the digest of the preview the deciders were shown (no claim without
+            one).
+        fingerprint: the state the decision depended on (the ``fingerprint`` claim; left
+            out when None).
     """
     assert decision in RELEASING, "only a decision that releases a call gets a receipt"
     what = _what_decided(decided_by, grant=grant, granted_by=granted_by, rule=rule)
@@ -130,6 +141,8 @@ def sign_receipt(
         "agent": agent,
         "decided_by": decided_by.value,
         **what,
+        **({"preview_sha256": preview_sha256} if preview_sha256 else {}),
+        **({} if fingerprint is None else {"fingerprint": fingerprint}),
     }
     headers = {"kid": keyring.kid_of(key.public_key()), "typ": "JWT"}
     return jwt.encode(claims, key, algorithm=ALGORITHM, headers=headers)
@@ -169,6 +182,7 @@ def verify_receipt(
     keys: Keys,
     require_person: bool = False,
     leeway: float = 0,
+    fingerprint: str | None = None,
 ) -> Receipt:
     """Check that ``token`` releases exactly this call of ``tool`` with these ``arguments``.
 
@@ -178,10 +192,14 @@ def verify_receipt(
             configuration you trust, never from the caller.
         require_person: refuse a call released by a grant or a rule.
         leeway: seconds of clock difference tolerated on ``iat`` and ``exp``.
+        fingerprint: the service's own fingerprint of the state the call would act on,
+            computed as the gate's ``fingerprint`` computes it; the receipt must name the
+            same (a receipt naming none is refused too): the state did not change since
+            the approval.
 
     Raises:
         InvalidReceipt: with the reason (another tool, other arguments, expired, not yet
-        valid, unknown key, bad signature, not a person's decision...).
+        valid, unknown key, bad signature, not a person's decision, a changed state...).
     """
     receipt = read_receipt(token, keys, leeway=leeway)
     if receipt.tool != tool:
@@ -190,6 +208,13 @@ def verify_receipt(
         raise InvalidReceipt("the arguments differ from the ones that were approved")
     if require_person and receipt.decided_by is not DecidedBy.PERSON:
         raise InvalidReceipt(f"no person approved this call: {_decider(receipt)} released it")
+    if fingerprint is not None and not hmac.compare_digest(
+        (receipt.fingerprint or "").encode(), fingerprint.encode()
+    ):
+        raise InvalidReceipt(
+            f"the state changed since the approval: approved on {receipt.fingerprint!r}, "
+            f"now {fingerprint!r}"
+        )
     return receipt
 
 
@@ -289,6 +314,8 @@ def _receipt_of(claims: dict[str, Any], kid: str) -> Receipt:
             grant=_str(claims, "grant", optional=True),
             granted_by=_str(claims, "granted_by", optional=True),
             rule=_str(claims, "rule", optional=True),
+            preview_sha256=_str(claims, "preview_sha256", optional=True),
+            fingerprint=_str(claims, "fingerprint", optional=True),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidReceipt(f"the receipt's claims are malformed ({exc})") from None

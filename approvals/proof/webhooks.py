@@ -59,13 +59,14 @@ _TYPES = {
     "escalated": "approval.escalated",
     "resume_started": "approval.running",
     "interrupted": "approval.interrupted",
+    "stale": "approval.stale",
 }
 _ENDED = {
     "completed": "approval.completed",
     "failed": "approval.failed",
     "paused": "approval.paused",
 }
-_STATUS = {"paused": "pending", "resume_started": "running"}
+_STATUS = {"paused": "pending", "resume_started": "running", "stale": "pending"}
 
 
 class DeliveryFailed(ApprovalsError):
@@ -170,6 +171,9 @@ def body_of(
             data["decision"] = approval.decision.kind.value
         if webhook_type == "approval.decided":
             data["receipt"] = approval.receipt
+        shown = store.records.preview_shown(approval)
+        if shown:  # only with a preview: the contract's fields stay as they were without
+            data["preview"] = {"sha256": shown["preview_sha256"], "head": shown["preview_head"]}
     moment = datetime.fromtimestamp(float(event["at"]), UTC)
     return {
         "type": webhook_type or f"approval.{status}",

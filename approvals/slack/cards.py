@@ -23,6 +23,11 @@ from approvals.slack.limits import (
     TURN_CALLS_SHOWN,
     truncate,
 )
+from approvals.slack.previews import (
+    build_edited_preview_blocks,
+    build_preview_blocks,
+    first_line,
+)
 
 APPROVE_ACTION = "approval_approve"
 REJECT_ACTION = "approval_reject"
@@ -148,8 +153,7 @@ def build_card(approval: Approval) -> list[Block]:
     summary = approval.shown_summary
     if summary:
         blocks.append(_section(f"*{summary}*"))
-    if approval.preview:  # the caller's own markdown (external approvals)
-        blocks.append(_section(truncate(approval.preview, SECTION_TEXT)))
+    blocks.extend(build_preview_blocks(approval))
     blocks.append({"type": "section", "fields": _fields(approval)})
     blocks.append(_section(arguments_text(approval.shown_arguments)))
     blocks.extend(_siblings(approval))
@@ -177,6 +181,9 @@ def build_turn_card(calls: tuple[Approval, ...]) -> list[Block]:
         if call.status is Status.PENDING and call.votes:
             who = ", ".join(person(v) for v in call.votes)
             head += f" ({len(call.votes)} of {call.policy.approvals_required} approvals: {who})"
+        line = first_line(call)
+        if line:  # no room for each call's preview here: /agent-pending opens it
+            head += f"\n:mag: {line}"
         args = arguments_text(call.shown_arguments, SECTION_TEXT - len(head) - 1)
         blocks.append({"type": "section", "block_id": f"call-{call.id}",
                        "text": _md(f"{head}\n{args}")})  # fmt: skip
@@ -409,9 +416,17 @@ def _confirm(title: str, text: str, confirm: str) -> Block:
     }
 
 
+#: Said on a card asked again because the state its decision depended on changed.
+STALE_NOTICE = (
+    ":warning: *Changed since it was approved*: the state this call depends on is not what it"
+    " was when it was approved, so it did not run. Look again and decide."
+)
+
+
 def _state_blocks(approval: Approval) -> list[Block]:
     if approval.status is Status.PENDING:
-        return [_context(_STATUS_LINE[Status.PENDING]), build_buttons(approval)]
+        stale = [_section(STALE_NOTICE)] if approval.stale else []
+        return [*stale, _context(_STATUS_LINE[Status.PENDING]), build_buttons(approval)]
     if approval.status is Status.INTERRUPTED:
         retry = _button(RETRY_ACTION, "Retry", approval, "danger")
         retry["confirm"] = _confirm(
@@ -499,6 +514,18 @@ def build_interrupted_message(approval: Approval) -> list[Block]:
     ]
 
 
+def build_stale_message(approved: str | None, found: str | None) -> list[Block]:
+    """The thread reply when the state changed between the decision and the run."""
+    now = f"`{truncate(found, 200)}`" if found else "a state that could not be read"
+    was = f"`{truncate(approved, 200)}`" if approved else "the state at the pause"
+    return [
+        _section(
+            f":warning: The state this call depends on changed since it was approved ({was},"
+            f" now {now}), so it did not run. The card asks again."
+        )
+    ]
+
+
 def build_retry_message(actor: str) -> list[Block]:
     return [_section(f":repeat: Retried by {person(actor)}: running it again, as decided.")]
 
@@ -575,7 +602,8 @@ def build_result_messages(approval: Approval) -> list[list[Block]]:
     elif result.executed_arguments is not None and result.tool_output is not None:
         output = truncate(result.tool_output, SECTION_TEXT - 200)
         ran = _section(f"`{approval.tool_name}` ran and returned:\n```\n{output}\n```")
-        messages[0].insert(0, ran)  # at most 42 blocks: within Slack's 50
+        messages[0].insert(0, ran)  # at most 43 blocks: within Slack's 50
+        messages[0][:0] = build_edited_preview_blocks(result.preview)
     return messages
 
 

@@ -25,6 +25,12 @@ SIBLING_PREVIEW = 200
 #: escalation notice, 20 keep the card under ``MESSAGE_BLOCKS``. Later calls are counted in
 #: one line and decided from /agent-pending.
 TURN_CALLS_SHOWN = 20
+#: Characters of a preview's head a card shows (one section, with room for the fence and the
+#: note saying how many lines are left for the modal).
+PREVIEW_CARD_CHARS = 2500
+#: Sections of a preview in one page of its modal: with the context line and the page
+#: buttons, far under ``MODAL_BLOCKS``, and a page stays small enough to open at once.
+PREVIEW_PAGE_SECTIONS = 20
 #: chat.postMessage truncates ``text`` beyond this.
 MESSAGE_TEXT = 40_000
 
@@ -34,3 +40,13 @@ def truncate(text: str, limit: int, note: str = "…") -> str:
     if len(text) <= limit:
         return text
     return text[: max(0, limit - len(note))] + note
+
+
+#: chat.postMessage: Slack allows about one message a second in a channel (its "special"
+#: tier), with short bursts above it; beyond that it may hide messages rather than refuse
+#: them, so cards are paced per channel before Slack has to say so
+#: (``approvals.store.pacing``; ``APPROVALS_SLACK_PACE`` overrides it).
+POSTS_PER_SECOND = 1.0
+#: Posts let through back to back in a channel that has been quiet. Slack tolerates short
+#: bursts without saying how short; this stays small (``APPROVALS_SLACK_BURST``).
+POST_BURST = 2

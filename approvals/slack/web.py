@@ -23,27 +23,40 @@ from slack_sdk.web import SlackResponse
 from approvals import store
 from approvals.config import Settings
 from approvals.models import Approval, Status
+from approvals.models.preview import Preview
+from approvals.secrets import mask_text
 from approvals.slack import cards
+from approvals.slack.previews import build_edited_preview_blocks
 
 log = logging.getLogger(__name__)
 
 
-def web_client(settings: Settings, logger: logging.Logger | None = None) -> WebClient:
+def web_client(
+    settings: Settings, logger: logging.Logger | None = None, *, wait_out_rate_limits: bool = True
+) -> WebClient:
     """A ``WebClient`` for ``SLACK_BOT_TOKEN`` at ``SLACK_API_URL`` that retries politely,
     and counts its calls and retries for ``/metrics`` (``logger``: where slack_sdk logs
-    each failed attempt, by default its own logger)."""
+    each failed attempt, by default its own logger).
+
+    ``wait_out_rate_limits=False``: a 429 raises instead of being slept through, for the card
+    posts that keep the channel's pace in Redis (``approvals.slack.paced``) and tell every
+    worker when Slack asked them to wait.
+    """
     settings.require("SLACK_BOT_TOKEN")
+    handlers = [
+        _counted(ConnectionErrorRetryHandler(max_retry_count=2), settings, "connection"),
+        _counted(ServerErrorRetryHandler(max_retry_count=2), settings, "server_error"),
+    ]
+    if wait_out_rate_limits:
+        limited = RateLimitErrorRetryHandler(max_retry_count=2)
+        handlers.insert(1, _counted(limited, settings, "rate_limited"))
     return CountedWebClient(
         settings,
         token=settings.slack_bot_token,
         base_url=settings.slack_api_url,
         timeout=10,
         logger=logger or _sdk_logger(),
-        retry_handlers=[
-            _counted(ConnectionErrorRetryHandler(max_retry_count=2), settings, "connection"),
-            _counted(RateLimitErrorRetryHandler(max_retry_count=2), settings, "rate_limited"),
-            _counted(ServerErrorRetryHandler(max_retry_count=2), settings, "server_error"),
-        ],
+        retry_handlers=handlers,
     )
 
 
@@ -145,6 +158,7 @@ def announce_decision(client: WebClient, conn: redis.Redis, approval: Approval) 
     except Exception:
         store.records.release(conn, approval.id, shown)
         raise
+    store.owed.mark_replied(conn, approval)  # a run's result may follow it in the thread
     store.owed.forget_unshown(conn, approval.id)  # recovery need not show it
 
 
@@ -214,6 +228,26 @@ def escalate(client: WebClient, approval: Approval, channels: list[str], groups:
     if not channels:
         reply(client, approval, notice, "Escalated")
     update_card(client, approval)  # the first card shows that it was escalated
+
+
+def announce_stale(
+    client: WebClient,
+    approval: Approval,
+    approved: str | None,
+    found: str | None,
+    preview: Preview | None = None,
+) -> None:
+    """Ask again on the card, which says the state changed, and tell the thread what changed:
+    the fingerprint the decision was made on, the one found (None: none could be), and the
+    gate's preview computed again on the new state (None: it has none)."""
+    update_card(client, approval)
+    blocks = cards.build_stale_message(approved, found)
+    if preview is not None:  # masked as the card's own preview is
+        shown = mask_text(preview.text, approval.arguments, approval.shown_arguments)
+        blocks += build_edited_preview_blocks(
+            Preview(shown, preview.kind), "*Preview now, on the new state:*"
+        )
+    reply(client, approval, blocks, "The state changed since it was approved: decide again")
 
 
 def warn_expiry(client: WebClient, approval: Approval) -> None:

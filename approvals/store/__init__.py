@@ -7,8 +7,10 @@ decision leaves to carry out, ``turns`` the calls that share a card, ``audit`` t
 trail and its outbox entries, ``runs`` a run's pauses, events and outcome, ``callers`` what the
 API's callers hold (tokens, idempotency keys, rates, the answers they wait on), ``grants``,
 ``leases`` (a live resume), ``deadlines``, ``retention``, ``pending`` (the lists people see),
-``metrics``, ``caches``, ``outbox`` (webhook receivers' state) and ``queue`` (the worker's
-jobs, on RQ). ``connection`` makes the clients; ``replication`` asks replicas to confirm.
+``metrics``, ``caches``, ``pacing`` (Slack's pace per channel), ``outbox`` (webhook
+receivers' state), ``workers`` (what the live workers import tools from) and ``queue`` (the
+worker's jobs, on RQ). ``connection`` makes the clients; ``replication`` asks replicas to
+confirm.
 """
 
 from approvals.store import (
@@ -23,6 +25,7 @@ from approvals.store import (
     metrics,
     outbox,
     owed,
+    pacing,
     pending,
     queue,
     records,
@@ -31,6 +34,7 @@ from approvals.store import (
     runs,
     transitions,
     turns,
+    workers,
 )
 
 __all__ = [
@@ -45,6 +49,7 @@ __all__ = [
     "metrics",
     "outbox",
     "owed",
+    "pacing",
     "pending",
     "queue",
     "records",
@@ -53,4 +58,5 @@ __all__ = [
     "runs",
     "transitions",
     "turns",
+    "workers",
 ]

@@ -36,6 +36,7 @@ STATE_EVENTS = frozenset(
         "resume_started",
         "resume_finished",
         "interrupted",
+        "stale",
     }
 )
 

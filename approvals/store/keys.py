@@ -7,7 +7,8 @@ two cannot drift. Each key is read and written by the ``store`` module its row n
 Keys of the approval hash (``approvals:approval:<id>``): ``record`` (JSON), ``status``,
 ``decided_status``, ``decided_by``, ``decision``, ``votes``, ``result``, ``card_ts``,
 ``receipt``, ``owed``, ``receipt_error``, ``tool_started``, ``tool_finished``, ``escalated``,
-``automatic``, and on a turn's lead ``turn_settled``.
+``automatic``, ``stale`` (how many times the state changed after a decision), and on a
+turn's lead ``turn_settled``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Key:
 TABLE = """
 approvals:approval:<id>               hash    records      the record (JSON) and its status, decision, result, card, marks
 approvals:history:<id>                string  records      the llm message history to resume from (JSON list)
+approvals:preview:<id>                string  records      the whole of a preview longer than the record holds
 approvals:lock:<id>:<what>            string  records      a short lock on one piece of work, posting the card (TTL)
 approvals:pending                     zset    transitions  pending approvals, by creation time
 approvals:decided                     zset    transitions  the most recent decisions, by decision time
@@ -68,7 +70,12 @@ approvals:usergroup:<group>           string  caches       cached members of a S
 approvals:channel-members:<channel>   string  caches       cached members of an escalation channel (JSON list, TTL)
 approvals:seen:<signature>            string  caches       a Slack request signature already accepted (TTL)
 approvals:receipt:<jti>               string  caches       a receipt already presented (TTL)
+approvals:tool-modules:<queue>        zset    workers      what the queue's live workers import tools from (comma-joined), by when it lapses
+approvals:dev                         string  workers      how to restart the running `approvals dev` (JSON, TTL)
 approvals:replicated                  string  replication  written just before a WAIT, so the WAIT covers every earlier write
+approvals:cards:<channel>             list    pacing       approvals whose card waits to be posted in the channel, in pause order (TTL)
+approvals:pace:<channel>              string  pacing       when the channel's next post may go, in ms of Redis's clock (TTL)
+approvals:posting:<channel>           string  pacing       held by the worker posting in the channel now (TTL)
 """
 
 
@@ -101,6 +108,7 @@ EVENTS_TAKING_KEY = PREFIX + "events:taking"
 WEBHOOK_FAILING_KEY = PREFIX + "webhook-failing"
 GRANTS_KEY = PREFIX + "grants"
 TOKENS_KEY = PREFIX + "tokens"
+DEV_KEY = PREFIX + "dev"
 
 
 def approval_key(approval_id: str) -> str:
@@ -109,6 +117,10 @@ def approval_key(approval_id: str) -> str:
 
 def history_key(approval_id: str) -> str:
     return f"{PREFIX}history:{approval_id}"
+
+
+def preview_key(approval_id: str) -> str:
+    return f"{PREFIX}preview:{approval_id}"
 
 
 def lock_key(approval_id: str, what: str) -> str:
@@ -171,6 +183,22 @@ def seen_key(signature: str) -> str:
 
 def receipt_key(jti: str) -> str:
     return f"{PREFIX}receipt:{jti}"
+
+
+def tool_modules_key(queue: str) -> str:
+    return f"{PREFIX}tool-modules:{queue}"
+
+
+def channel_cards_key(channel: str) -> str:
+    return f"{PREFIX}cards:{channel}"
+
+
+def channel_pace_key(channel: str) -> str:
+    return f"{PREFIX}pace:{channel}"
+
+
+def channel_posting_key(channel: str) -> str:
+    return f"{PREFIX}posting:{channel}"
 
 
 def table() -> str:

@@ -9,6 +9,7 @@ worker redraws the card if Slack refused to.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -162,6 +163,31 @@ def shown_flag(approval: Approval) -> str:
     """The flag (``records.claim``) of showing this decision on the card: one per decision."""
     assert approval.decision is not None
     return f"{DECISION_SHOWN}:{approval.decision.at!r}"
+
+
+#: Set once the reply that records a decision is in the card's thread (after ``DECISION_SHOWN``).
+DECISION_REPLIED = "decision_replied"
+
+
+def replied_flag(approval: Approval) -> str:
+    """The flag set once this decision's thread reply is posted: one per decision."""
+    assert approval.decision is not None
+    return f"{DECISION_REPLIED}:{approval.decision.at!r}"
+
+
+def mark_replied(conn: redis.Redis, approval: Approval) -> None:
+    """The decision's reply is in the thread: what the run did may be posted after it."""
+    conn.hset(approval_key(approval.id), replied_flag(approval), repr(time.time()))
+
+
+def reply_state(conn: redis.Redis, approval: Approval) -> tuple[bool, bool, bool]:
+    """Whether the decision's reply is owed (not shown yet, per ``note_unshown``), claimed by
+    the one who shows it, and posted: read in one round trip."""
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.zscore(UNSHOWN_KEY, approval.id)
+        pipe.hmget(approval_key(approval.id), [shown_flag(approval), replied_flag(approval)])
+        unshown, (shown, replied) = pipe.execute()
+    return unshown is not None, shown is not None, replied is not None
 
 
 def decision_shown(conn: redis.Redis, approval: Approval) -> bool:

@@ -8,6 +8,7 @@ Jobs use RQ's JSON serializer: nothing is ever unpickled from Redis.
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any, cast
 
 import redis
@@ -17,6 +18,7 @@ from rq.scheduler import SCHEDULER_KEY_TEMPLATE, RQScheduler
 from rq.serializers import JSONSerializer
 
 from approvals.config import Settings
+from approvals.store import pacing
 
 POST_CARD = "approvals.worker.jobs.post_card"
 RESUME = "approvals.worker.jobs.resume_approval"
@@ -73,9 +75,16 @@ def get_queue(conn: redis.Redis, settings: Settings) -> Queue:
 
 
 def enqueue_card(
-    conn: redis.Redis, settings: Settings, approval_id: str, pipeline: Any = None
+    conn: redis.Redis, settings: Settings, approval_id: str, channel: str, pipeline: Any = None
 ) -> None:
-    """Ask a worker to post the approval's card (in the same transaction when ``pipeline``)."""
+    """Ask a worker to post the approval's card in ``channel``, after the cards of the
+    channel's earlier pauses (in the same transaction when ``pipeline``)."""
+    if pipeline is not None:
+        pacing.enlist(pipeline, channel, approval_id)
+    else:
+        with conn.pipeline() as pipe:
+            pacing.enlist(pipe, channel, approval_id)
+            pipe.execute()
     get_queue(conn, settings).enqueue(
         POST_CARD,
         approval_id,
@@ -84,6 +93,22 @@ def enqueue_card(
         pipeline=pipeline,
         job_timeout=60,
         # The record keeps the card's ts; a kept result only weighed on every waiting approval.
+        result_ttl=0,
+    )
+
+
+def enqueue_card_later(
+    conn: redis.Redis, settings: Settings, approval_id: str, seconds: float
+) -> None:
+    """Ask a worker to post the approval's card in ``seconds``, when its channel's turn comes
+    (RQ's scheduler holds the job meanwhile, not a worker)."""
+    get_queue(conn, settings).enqueue_in(
+        timedelta(seconds=seconds),
+        POST_CARD,
+        approval_id,
+        job_id=f"card-{approval_id}-{time.time_ns()}",
+        retry=_SLACK_RETRY,
+        job_timeout=60,
         result_ttl=0,
     )
 

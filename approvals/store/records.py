@@ -18,6 +18,8 @@ from approvals.models import (
     Status,
     approval_from_parts,
 )
+from approvals.models.preview import Preview, PreviewKind
+from approvals.secrets import mask_text
 from approvals.store.audit import audit_entry, new_trail
 from approvals.store.connection import eval_script, json_value, text
 from approvals.store.deadlines import drop_deadline
@@ -31,6 +33,7 @@ from approvals.store.keys import (
     audit_key,
     history_key,
     lock_key,
+    preview_key,
     run_pauses_key,
 )
 from approvals.store.metrics import _OBSERVE_LUA, HISTOGRAM_BUCKETS, bucket_name
@@ -97,6 +100,7 @@ def create(
     *,
     pipeline: Any = None,
     in_run: bool = True,
+    preview: Preview | None = None,
     outbox: list[str] | None = None,
 ) -> Any:
     """Queue the writes that create a pending approval on a transactional pipeline (a new
@@ -124,8 +128,12 @@ def create(
     )
     if history or in_run:
         pipe.set(history_key(approval.id), json.dumps(history))
+    if preview is not None and approval.preview_cut:
+        pipe.set(preview_key(approval.id), preview.text)
     pipe.zadd(PENDING_KEY, {approval.id: approval.created_at})
-    first = audit_entry("paused", approval.agent, tool=approval.tool_name)
+    first = audit_entry(
+        "paused", approval.agent, tool=approval.tool_name, **preview_shown(approval)
+    )
     lines, entries = new_trail(approval.id, [first, *events])
     pipe.rpush(audit_key(approval.id), *lines)
     if outbox is not None:
@@ -152,7 +160,12 @@ def withdraw(conn: redis.Redis, approvals: Sequence[Approval]) -> None:
     entry yet): their records, histories, trails, places in the indexes and deadlines."""
     pipe = conn.pipeline(transaction=True)
     for approval in approvals:
-        pipe.delete(approval_key(approval.id), history_key(approval.id), audit_key(approval.id))
+        pipe.delete(
+            approval_key(approval.id),
+            history_key(approval.id),
+            audit_key(approval.id),
+            preview_key(approval.id),
+        )
         pipe.zrem(PENDING_KEY, approval.id)
         for kind in ("expire", "warn", "remind", "escalate"):
             drop_deadline(pipe, kind, approval.id)
@@ -234,7 +247,92 @@ def from_hash(approval_id: str, raw: dict[bytes, bytes]) -> Approval:
     if approval.id != approval_id:
         raise CorruptRecord(f"approval {approval_id} holds the record of {approval.id}")
     approval.receipt = text(raw.get(b"receipt")) or None
+    approval.stale = _count(raw.get(b"stale"))
+    # The state it waits on again, once the state changed after a decision.
+    approval.fingerprint = text(raw.get(b"fingerprint")) or approval.fingerprint
+    _preview_again(approval, raw.get(PREVIEW_AGAIN.encode()))
     return approval
+
+
+#: The hash field holding the preview computed again on a changed state (``preview_fields``);
+#: it stands in for the record's own preview, which was computed at the pause.
+PREVIEW_AGAIN = "preview_again"
+
+
+def preview_fields(preview: Preview | None) -> dict[str, str]:
+    """The fields that make ``preview`` the approval's preview (a transition writes them with
+    the status), for a preview computed after the pause; keep its whole with
+    ``keep_whole_preview``."""
+    if preview is None:
+        return {}
+    shown = {
+        "head": preview.head,
+        "kind": preview.kind.value,
+        "sha256": preview.sha256,
+        "length": len(preview.text),
+    }
+    return {PREVIEW_AGAIN: json.dumps(shown)}
+
+
+def keep_whole_preview(conn: redis.Redis, approval_id: str, preview: Preview | None) -> None:
+    """Keep the whole of a preview longer than its head, for the View preview modal."""
+    if preview is not None and len(preview.text) > len(preview.head):
+        conn.set(preview_key(approval_id), preview.text)
+
+
+def _preview_again(approval: Approval, raw: bytes | None) -> None:
+    """Apply a preview computed again (``preview_fields``); one that is not well formed is
+    ignored (Redis is a trust boundary: it is only shown), leaving the pause's."""
+    try:
+        stored = json_value(raw)
+    except CorruptRecord:
+        return
+    if not isinstance(stored, dict):
+        return
+    head, kind, digest, length = (stored.get(k) for k in ("head", "kind", "sha256", "length"))
+    kinds = {k.value for k in PreviewKind}
+    if not (isinstance(head, str) and kind in kinds and isinstance(digest, str)):
+        return
+    if not isinstance(length, int) or length < len(head):
+        return
+    approval.preview, approval.preview_kind = head, PreviewKind(kind)
+    approval.preview_sha256, approval.preview_length = digest, length
+
+
+#: Characters of a preview's head an audit entry and a webhook body carry (its digest names
+#: the whole).
+SHOWN_HEAD = 500
+
+
+def preview_shown(approval: Approval) -> dict[str, str]:
+    """The preview people were shown, as audit entries and webhooks record it: its SHA-256
+    and its head (secrets masked); nothing without a preview."""
+    shown = approval.shown_preview
+    if shown is None or approval.preview_sha256 is None:
+        return {}
+    return {"preview_sha256": approval.preview_sha256, "preview_head": shown.text[:SHOWN_HEAD]}
+
+
+def load_preview(conn: redis.Redis, approval: Approval) -> Preview | None:
+    """The whole of the approval's preview (None: it has none). Secrets of its arguments are
+    masked, as on the card; when the whole is gone (or does not match the digest the record
+    holds), the head the record holds, saying so."""
+    head = approval.shown_preview
+    if head is None or not approval.preview_cut:
+        return head
+    raw = cast(bytes | None, conn.get(preview_key(approval.id)))
+    whole = None if raw is None else Preview(raw.decode("utf-8", "replace"), head.kind)
+    if whole is None or whole.sha256 != approval.preview_sha256:
+        return Preview(f"{head.text}\n… (the rest of this preview is no longer kept)", head.kind)
+    return Preview(mask_text(whole.text, approval.arguments, approval.shown_arguments), head.kind)
+
+
+def _count(raw: bytes | None) -> int:
+    """A count the hash holds (0 when absent or not a count: Redis is a trust boundary)."""
+    try:
+        return max(0, int(text(raw) or 0))
+    except ValueError:
+        return 0
 
 
 def load_history(conn: redis.Redis, approval_id: str) -> list[dict[str, Any]]:

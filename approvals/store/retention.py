@@ -26,6 +26,7 @@ from approvals.store.keys import (
     audit_key,
     history_key,
     outcome_key,
+    preview_key,
 )
 from approvals.store.records import FINISHED_LUA, from_hash
 
@@ -152,7 +153,7 @@ def load_finished(conn: redis.Redis, ids: list[str]) -> list[Finished]:
 
 
 # KEYS: finished zset, finished-history zset, decided zset, metrics hash, then each id's
-# approval hash, history and audit list. ARGV: pairs of id and how many audit lines the
+# approval hash, history, audit list and preview. ARGV: pairs of id and how many audit lines the
 # archive holds ("-1": no archive). An approval that is not finished is left alone; one whose
 # audit trail grew after it was archived, or whose decision still owes its after-steps, stays
 # for the next round (its new lines are archived then). Returns the ids removed.
@@ -162,13 +163,14 @@ _FORGET_APPROVALS_LUA = (
 local removed = {}
 for i = 1, #ARGV / 2 do
   local id, archived = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
-  local hash, history, audit = KEYS[2 + 3 * i], KEYS[3 + 3 * i], KEYS[4 + 3 * i]
+  local hash, history, audit = KEYS[1 + 4 * i], KEYS[2 + 4 * i], KEYS[3 + 4 * i]
+  local preview = KEYS[4 + 4 * i]
   local status = redis.call('HGET', hash, 'status')
   local gone = not status or finished(hash, status)
   if redis.call('HEXISTS', hash, 'owed') == 1 then
     -- What follows its decision is still owed (its audit entry, say): a later round.
   elseif gone and (archived < 0 or redis.call('LLEN', audit) <= archived) then
-    redis.call('DEL', hash, history, audit)
+    redis.call('DEL', hash, history, audit, preview)
     redis.call('ZREM', KEYS[1], id)
     redis.call('ZREM', KEYS[2], id)
     redis.call('ZREM', KEYS[3], id)
@@ -184,7 +186,7 @@ return removed
 
 
 def forget_approvals(conn: redis.Redis, archived: dict[str, int | None]) -> list[str]:
-    """Delete these finished approvals' records, histories and audit trails.
+    """Delete these finished approvals' records, histories, audit trails and previews.
 
     ``archived`` maps each id to how many audit lines the archive holds (None: there is no
     archive). Never touches an approval that is not finished. Returns the ids removed.
@@ -194,7 +196,8 @@ def forget_approvals(conn: redis.Redis, archived: dict[str, int | None]) -> list
     keys = [FINISHED_KEY, FINISHED_HISTORY_KEY, DECIDED_KEY, METRICS_KEY]
     args: list[str] = []
     for approval_id, lines in archived.items():
-        keys += [approval_key(approval_id), history_key(approval_id), audit_key(approval_id)]
+        keys += [approval_key(approval_id), history_key(approval_id), audit_key(approval_id),
+                 preview_key(approval_id)]  # fmt: skip
         args += [approval_id, str(-1 if lines is None else lines)]
     return [
         text(i) for i in cast(list[bytes], eval_script(conn, _FORGET_APPROVALS_LUA, keys, args))

@@ -117,6 +117,7 @@ for _, status in ipairs(cjson.decode(ARGV[4])) do
     if current ~= 'pending' and ARGV[9] ~= '' then owe(ARGV[9]) end
     track_running(current, ARGV[3])
     index_finished(ARGV[3])
+    if ARGV[3] == 'pending' then redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1]) end
     return {1, current, ''}
   end
 end

@@ -166,3 +166,37 @@ async def drop_index(name: str) -> str:
     """Drop an index (a coroutine tool: rejection or expiry stops the run)."""
     _record("drop_index", name=name)
     return f"dropped {name}"
+
+
+def schema_head(name: str) -> str:
+    """The fingerprint of ``migrate``: the schema version the test wrote beside the ledger
+    (agent and worker read the same file, as two processes would read one database)."""
+    state = os.environ["TOOL_LEDGER"] + ".schema"
+    if not os.path.exists(state):
+        return "head:none"
+    with open(state, encoding="utf-8") as f:
+        return "head:" + f.read().strip()
+
+
+def migration_plan(name: str) -> str:
+    """The preview of ``migrate``: what it would do on the schema as it is now."""
+    return f"ALTER TABLE {name} at {schema_head(name)}"
+
+
+@requires_approval(summary="Migrate {name}", fingerprint=schema_head, preview=migration_plan)
+def migrate(name: str) -> str:
+    """Run a migration (approved against one schema head; never run against another)."""
+    _record("migrate", name=name)
+    return f"migrated {name}"
+
+
+def unreachable_state(name: str) -> str:
+    """A fingerprint that cannot be computed: the database it would read is down."""
+    raise ConnectionError(f"cannot reach the database holding {name}")
+
+
+@requires_approval(fingerprint=unreachable_state)
+def purge(name: str) -> str:
+    """Purge a table (its state cannot be named)."""
+    _record("purge", name=name)
+    return f"purged {name}"

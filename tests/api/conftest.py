@@ -34,6 +34,7 @@ from tests.processes import (
     start_api,
     start_bot,
     start_worker,
+    stop_all,
     wait_for_workers,
 )
 from tests.slack_standin import SlackStandIn
@@ -150,8 +151,7 @@ def stack(
     finally:
         for client in running.clients if running else []:
             client.close()
-        for process in processes:
-            process.stop()
+        stop_all(processes)
         conn.close()
         if os.environ.get("API_STACK_LOGS"):
             for process in processes:

@@ -217,3 +217,47 @@ def test_the_openapi_document_is_served(stack: Stack) -> None:
     properties = doc["components"]["schemas"]["ApprovalBody"]["properties"]
     assert {"schema", "run_id", "grantable", "remind_after", "escalate_after"} <= set(properties)
     assert "escalate_to" in properties and "description" in properties["run_id"]
+
+
+def test_a_callers_fingerprint_comes_back_in_the_decision_and_the_receipt(
+    stack: Stack, tmp_path
+) -> None:
+    """The caller names the state its request depends on; an operator approves (signing, as
+    the CLI does): the decision and the receipt both name that state, and ``verify_receipt``
+    refuses the receipt once the service finds another state."""
+    import dataclasses
+
+    from approvals.config import Settings
+    from approvals.decisions import review
+    from approvals.errors import InvalidReceipt
+    from approvals.models import DecisionKind
+    from approvals.proof import keys, receipts
+
+    client = stack.client(stack.token("migrator"))
+    made = client.request("migrate", {"name": "users"}, fingerprint="alembic:4f2a9c")
+    key = str(tmp_path / "signing.pem")
+    keys.generate_key(key)
+    keys.write_public_key(key, f"{key}.pub.pem")
+    operator = dataclasses.replace(Settings.from_env(stack.env), signing_key=key)
+    review.decide(stack.conn, operator, made["id"], DecisionKind.APPROVE, "cli:carol")
+
+    got = client.wait(made["id"], timeout=30)
+    assert got["decision"]["fingerprint"] == "alembic:4f2a9c"
+    assert conforms(stack.api_url, "ApprovalAnswer", got)
+    public = [keys.load_public_key(f"{key}.pub.pem")]
+    receipt = receipts.verify_receipt(
+        got["receipt"], tool="migrate", arguments={"name": "users"}, keys=public,
+        fingerprint="alembic:4f2a9c",
+    )  # fmt: skip
+    assert receipt.fingerprint == "alembic:4f2a9c"
+    with pytest.raises(InvalidReceipt, match="the state changed since the approval"):
+        receipts.verify_receipt(
+            got["receipt"], tool="migrate", arguments={"name": "users"}, keys=public,
+            fingerprint="alembic:77e0b1",
+        )  # fmt: skip
+    too_long = httpx.post(
+        f"{stack.api_url}/v1/approvals",
+        json={"tool": "migrate", "arguments": {}, "fingerprint": "x" * 201},
+        headers={"Authorization": f"Bearer {stack.token('migrator')}"},
+    )
+    assert too_long.status_code == 422 and "fingerprint" in too_long.text

@@ -10,7 +10,14 @@ import subprocess
 from typing import Any
 
 from approvals import store
-from approvals.api.claude_code import REPORT_LIMIT, HookRules, clip, idempotency_key_of, run_hook
+from approvals.api.claude_code import (
+    REPORT_LIMIT,
+    HookRules,
+    clip,
+    cut_lines,
+    idempotency_key_of,
+    run_hook,
+)
 from approvals.config import Settings
 from approvals.models import Status
 from tests.api.conftest import Stack
@@ -229,3 +236,62 @@ def test_clip_keeps_the_beginning_and_the_end() -> None:
     assert clip("short") == "short"
     assert idempotency_key_of({"session_id": "s", "tool_use_id": "t"}) == "claude-code:s:t"
     assert idempotency_key_of({"session_id": "s"}) is None
+
+
+def test_the_card_shows_the_real_diff_of_the_file_and_the_command(stack: Stack, tmp_path) -> None:
+    """Edit, MultiEdit and Write: the card shows the unified diff of the file as Claude Code is
+    about to change it (the file read, the edits applied), as a code block with its +/- lines;
+    Bash: the command as a code block. The file is untouched until Claude Code runs it."""
+    token = stack.token("claude-code-diffs")
+    source = tmp_path / "app.py"
+    source.write_text("DEBUG = True\nPORT = 80\nNAME = 'a'\n", encoding="utf-8")
+    events = {
+        "Edit": _event("", "Edit", cwd=str(tmp_path), tool_input={
+            "file_path": "app.py", "old_string": "DEBUG = True", "new_string": "DEBUG = False"}),
+        "MultiEdit": _event("", "MultiEdit", cwd=str(tmp_path), tool_input={
+            "file_path": str(source), "edits": [
+                {"old_string": "PORT = 80", "new_string": "PORT = 8080"},
+                {"old_string": "NAME = 'a'", "new_string": "NAME = 'b'"}]}),
+        "Write": _event("", "Write", cwd=str(tmp_path), tool_input={
+            "file_path": str(tmp_path / "new.txt"), "content": "hello\n"}),
+        "Bash": _event("rm -rf build && echo '<done>'", cwd=str(tmp_path)),
+    }  # fmt: skip
+    for number, event in enumerate(events.values()):
+        event["tool_use_id"] = f"toolu_diff_{number}"
+    hooks = {tool: _hook(stack, token, event, "--timeout", "30") for tool, event in events.items()}
+    client = stack.client(token)
+    found = wait_until(lambda: len(client.pending()) == 4 and client.pending(), 20, "4 cards")
+    cards = {a["tool"]: card_of(stack.slack, a["id"]) for a in found}
+    edit = block_text(cards["Edit"])
+    assert "```" in edit and "-DEBUG = True" in edit and "+DEBUG = False" in edit
+    assert "PORT = 80" in edit  # the diff's context lines
+    multi = block_text(cards["MultiEdit"])
+    assert all(line in multi.splitlines() for line in
+               ("-PORT = 80", "+PORT = 8080", "-NAME = 'a'", "+NAME = 'b'"))  # fmt: skip
+    assert "+hello" in block_text(cards["Write"]) and "/dev/null" in block_text(cards["Write"])
+    bash = block_text(cards["Bash"])
+    assert "```\nrm -rf build &amp;&amp; echo '&lt;done&gt;'\n```" in bash
+    assert source.read_text(encoding="utf-8").startswith("DEBUG = True")
+    stored = store.records.load(stack.conn, next(a["id"] for a in found if a["tool"] == "Edit"))
+    assert stored.preview_kind == "diff" and stored.preview_sha256
+    for approval in found:
+        click(
+            stack.slack,
+            stack.bot_url,
+            "approve",
+            approval["id"],
+            card_ts=cards[approval["tool"]].ts,
+        )
+    for process in hooks.values():
+        assert _output(process)["permissionDecision"] == "allow"
+
+
+def test_a_long_diff_is_cut_after_a_whole_line_within_the_apis_limit() -> None:
+    """A preview longer than the API takes keeps whole lines and says how many are left."""
+    diff = "--- a/x\n+++ b/x\n@@ -0,0 +1,3000 @@\n" + "".join(f"+line {n}\n" for n in range(3000))
+    cut = cut_lines(diff, 10_000)
+    kept = cut.splitlines()
+    assert len(cut) <= 10_000 and kept[-2].startswith("+line ")
+    shown = int(kept[-2].removeprefix("+line ")) + 1
+    assert kept[-1] == f"… ({3000 - shown} more lines not shown)"
+    assert cut_lines("short", 10) == "short"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Services
-from tests.processes import start_bot, start_worker, wait_for_workers
+from tests.processes import start_bot, start_worker, stop_all, wait_for_workers
 from tests.slack_standin import SlackStandIn
 
 
@@ -39,8 +39,7 @@ def socket_services(
         wait_for_workers(env, [worker], 1)
         yield running
     finally:
-        for process in dict.fromkeys([bot, worker, running.bot, *running.workers]):
-            process.stop()
+        stop_all([bot, worker, running.bot, *running.workers])
         failed = getattr(request.node, "rep_call", None)
         if failed is None or failed.failed:
             for process in (bot, worker):

@@ -12,7 +12,7 @@ from pathlib import Path
 from approvals.models import Status
 from bench.harness import get
 from tests.e2e import card_of, click, pause, tool_runs, wait_status
-from tests.processes import bot_url, start_bot, start_worker, wait_for_workers, wait_until
+from tests.processes import bot_url, start_bot, start_worker, stop_all, wait_for_workers, wait_until
 
 
 def _children(parent: int) -> set[int]:
@@ -72,8 +72,7 @@ def test_two_workers_share_one_port_and_a_dead_one_is_replaced(env, slack, conn,
         assert wait_status(conn, pause_id, Status.COMPLETED).decision.actor == "UALICE"
         assert len(tool_runs(env, "delete_path")) == 1
     finally:
-        bot.stop()
-        worker.stop()
+        stop_all([bot, worker])
     assert seen and not any(_alive(pid) for pid in seen), "a worker outlived the bot"
 
 
@@ -100,8 +99,7 @@ def test_sigterm_waits_for_the_work_a_click_started(env, slack, conn, tmp_path: 
         wait_status(conn, pause_id, Status.COMPLETED)
         assert len(tool_runs(env, "delete_path")) == 1
     finally:
-        bot.stop()
-        worker.stop()
+        stop_all([bot, worker])
 
 
 def test_healthz_and_access_lines_in_json(env, slack, tmp_path: Path):

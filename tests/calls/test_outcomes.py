@@ -306,7 +306,7 @@ def test_on_finish_completes_once_when_its_worker_is_killed_inside_it(
     the next worker; the continuation completes once, with the same idempotency key."""
     from pathlib import Path
 
-    from tests.e2e import kill_worker, replace_worker
+    from tests.e2e import dead_workers_claims_lapse, kill_worker, replace_worker
 
     paused = _pause(on_finish="tests.agents.continuations:held_note")
     hold = Path(env["HOLD_FILE"])
@@ -315,6 +315,7 @@ def test_on_finish_completes_once_when_its_worker_is_killed_inside_it(
     (started,) = wait_until(lambda: _finish_calls(env, "on_finish_started"), 30, "on_finish")
     kill_worker(services, started["pid"])  # inside the continuation
     hold.unlink()
+    dead_workers_claims_lapse(conn)
     replace_worker(services, env, tmp_path / "worker2.log")
 
     (call,) = wait_until(lambda: _finish_calls(env), 90, "the retried on_finish call")

@@ -21,7 +21,7 @@ from tests.e2e import (
     tool_runs,
     wait_status,
 )
-from tests.processes import bot_url, start_bot, start_worker, wait_for_workers
+from tests.processes import bot_url, start_bot, start_worker, stop_all, wait_for_workers
 
 
 def _pause(tool: str, arguments: dict | None = None) -> str:
@@ -37,8 +37,7 @@ def test_expiry_fires_on_time_after_bot_and_worker_restart(services, slack, env,
     card = card_of(slack, pause_id)
     assert "Expires" in block_text(card)
 
-    for process in [services.bot, *services.workers]:
-        process.stop()
+    stop_all([services.bot, *services.workers])
     assert time.time() < approval.expires_at - 2, "the restart must happen before the deadline"
     restarted = dict(env)
     services.workers = [start_worker(restarted, tmp_path / "worker2.log", f"w2-{time.time_ns()}")]

@@ -43,7 +43,7 @@ from tests.e2e import (
     tool_runs,
     wait_status,
 )
-from tests.processes import bot_url, start_bot, start_worker, wait_for_workers, wait_until
+from tests.processes import bot_url, start_bot, start_worker, stop_all, wait_for_workers, wait_until
 from tests.proof.test_webhooks import SECRET, Receiver
 
 
@@ -70,8 +70,7 @@ def _stack(
         wait_for_workers(worker_vars, [worker], 1)
         yield url
     finally:
-        for process in (bot, worker):
-            process.stop()
+        stop_all([bot, worker])
 
 
 def _long_ago(conn: redis.Redis, approval_id: str) -> None:
@@ -220,16 +219,24 @@ def test_an_external_caller_is_woken_though_its_decider_could_not_wake_it(
     click(slack, bot, "approve", approval_id, "UALICE", card.ts)
     card_showing(slack, card.ts, "Approved")
     assert store.owed.owing(conn, [approval_id]) and waiter.is_alive()
+    assert _as_the_api_answers(conn, approval_id)["status"] == "pending"
 
     _long_ago(conn, approval_id)
 
     waiter.join(90)
     assert woken == [True]
+    answered = _as_the_api_answers(conn, approval_id)
+    assert answered["status"] == "approved" and answered["decision"]["actor"] == "UALICE"
     [approved] = _entries(conn, approval_id, "approved")
     assert approved["finished_by"] == review.LATE
     assert conn.xlen(store.keys.answer_key(approval_id)) == 1
     wait_until(lambda: _decided_deliveries(receiver), 30, "the decision's webhook")
     assert len(_decided_deliveries(receiver)) == 1
+
+
+def _as_the_api_answers(conn: redis.Redis, approval_id: str) -> dict[str, Any]:
+    """What ``GET /v1/approvals/{id}`` answers about the approval now."""
+    return external.answer(external.as_caller_sees(conn, store.records.load(conn, approval_id)))
 
 
 def _wait_answer(env: dict[str, str], approval_id: str, block: float) -> bool:

@@ -18,7 +18,7 @@ from tests.agents import tools
 from tests.conftest import CHANNEL, wait_until
 from tests.e2e import block_text, card_of, click, pause, wait_status
 from tests.factories import make_approval
-from tests.processes import bot_url, start_bot, start_worker, wait_for_workers
+from tests.processes import bot_url, start_bot, start_worker, stop_all, wait_for_workers
 
 TOOLS = [tools.list_files, tools.delete_path, tools.archive_bucket]
 
@@ -109,8 +109,7 @@ def test_reminders_and_escalation_fire_on_time_across_a_restart(
     pause_id = _pause()
     approval = store.records.load(conn, pause_id)
     card = card_of(slack, pause_id)
-    for process in [services.bot, *services.workers]:
-        process.stop()
+    stop_all([services.bot, *services.workers])
     assert time.time() < approval.created_at + 6, "the restart must come before the reminder"
     restarted = {**env, "APPROVERS": "UALICE,UBOB"}
     services.workers = [start_worker(restarted, tmp_path / "worker2.log", f"w2-{time.time_ns()}")]

@@ -108,10 +108,11 @@ def start_dev(
     extra: dict[str, str] | None = None,
     ready: str = r"ready\. Open (http://\S+/) ",
     args: tuple[str, ...] = (),
+    cwd: Path = ROOT,
 ) -> Dev:
-    """Start ``approvals dev --port 0`` (plus ``args``); wait for ``ready`` (by default: the
-    bot listens behind the sandbox, or has connected to it, whose URL is the pattern's
-    group)."""
+    """Start ``approvals dev --port 0`` (plus ``args``) in ``cwd``; wait for ``ready`` (by
+    default: the bot listens behind the sandbox, or has connected to it, whose URL is the
+    pattern's group)."""
     env = {
         **CLEAN_ENV,
         "LLM_USER_PATH": str(data_dir.parent / "llm"),
@@ -119,7 +120,10 @@ def start_dev(
         "PYTHONPATH": str(ROOT),
     }
     process = Process(
-        approvals_command("dev", "--port", "0", "--data-dir", str(data_dir), *args), env, log
+        approvals_command("dev", "--port", "0", "--data-dir", str(data_dir), *args),
+        env,
+        log,
+        cwd,
     )
 
     def is_ready() -> str | None:

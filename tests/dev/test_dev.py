@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -19,7 +20,7 @@ from approvals.config import Settings
 from approvals.models import Status
 from approvals.proof import keys
 from tests.conftest import BOT_TOKEN, CHANNEL, SIGNING_SECRET, approvals_command, wait_until
-from tests.dev.conftest import ROOT, alive, descendants, start_dev
+from tests.dev.conftest import CLEAN_ENV, ROOT, alive, descendants, start_dev
 
 
 def messages(dev) -> dict[str, str]:
@@ -127,6 +128,30 @@ def test_crashed_children_are_reported_and_restarted(dev):
     card_showing(dev, ts, "Completed")
 
 
+def test_its_env_file_is_what_a_second_terminal_needs_and_doctor_passes_with_it(dev):
+    """``set -a; . .approvals/env`` in a clean shell, then ``approvals doctor``: every check
+    passes against the running stack (it once failed on ``SLACK_BOT_TOKEN is not set``)."""
+    env_file = dev.data_dir / "env"
+    assert f"need this environment, from {env_file}" in dev.output()
+    assert "the worker imports tools from approvals.dev.demo (more: --tools MODULE)" in (
+        dev.output()
+    )
+    assert env_file.stat().st_mode & 0o077 == 0  # the sandbox's tokens are yours only
+    doctor = shlex.join(approvals_command("doctor"))
+    done = subprocess.run(
+        ["bash", "-c", f"set -a; . {shlex.quote(str(env_file))}; set +a; {doctor}"],
+        env={**os.environ, **CLEAN_ENV, "LLM_USER_PATH": dev.env["LLM_USER_PATH"]},
+        cwd=dev.data_dir.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    checks = dict(line.split(maxsplit=2)[1::-1] for line in done.stdout.splitlines())
+    assert set(checks.values()) == {"ok"}, done.stdout
+    assert {"redis", "workers", "slack", "channel"} <= set(checks)
+
+
 def test_a_pause_survives_kill_9_and_ctrl_c_stops_everything(tmp_path):
     """SIGKILL of approvals dev leaves no process behind and loses no pause (AOF); the next
     start shows the same card, which still works; Ctrl-C then stops everything cleanly."""
@@ -161,6 +186,7 @@ def test_a_pause_survives_kill_9_and_ctrl_c_stops_everything(tmp_path):
     assert second.process.popen.returncode == 0
     assert second.output().rstrip().endswith("approvals dev: stopped")
     assert not socket.exists() and not (data / "dev.json").exists()
+    assert not (data / "env").exists()  # its tokens died with the sandbox
     assert not [pid for pid in children if alive(pid)]
 
 

@@ -14,7 +14,7 @@ from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.e2e import card_of, click, wait_status
 from tests.outside import needed_tool
-from tests.processes import Process, approvals_command, bot_url, start_bot, wait_until
+from tests.processes import Process, approvals_command, bot_url, start_bot, stop_all, wait_until
 
 
 def _scrape(url: str) -> str:
@@ -57,8 +57,7 @@ def test_promtool_finds_nothing_in_a_real_scrape_of_the_bot_and_a_worker(
             "worker": _scrape(f"http://127.0.0.1:{port}/metrics"),
         }
     finally:
-        bot.stop()
-        worker.stop()
+        stop_all([bot, worker])
 
     checked = {target: _promtool(exposition) for target, exposition in scrapes.items()}
 

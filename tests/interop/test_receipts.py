@@ -88,22 +88,35 @@ def signing_bot(env, tmp_path: Path):
         bot.stop()
 
 
-Case = tuple[str, str, dict[str, Any]]  # a token, the tool it is shown for, the arguments
+#: A token, the tool it is shown for, the arguments, and the state the service finds now
+#: (the fingerprint it checks; None: it checks none).
+Case = tuple[str, str, dict[str, Any], str | None]
 
 
 def _accepted(conn, deciding: Settings, old: str) -> dict[str, Case]:
     """Receipts the product signed: for the hostile arguments, decided as the bot decides;
     and one signed with the older key."""
-    cases = {name: (_decided(conn, deciding, args), TOOL, args) for name, args in HOSTILE.items()}
-    cases["older key"] = (_signed(old, PLAIN), TOOL, PLAIN)
+    cases = {
+        name: (_decided(conn, deciding, args), TOOL, args, None) for name, args in HOSTILE.items()
+    }
+    cases["older key"] = (_signed(old, PLAIN), TOOL, PLAIN, None)
+    cases["the state it was approved on"] = (
+        _decided(conn, deciding, PLAIN, fingerprint="rowversion:7"),
+        TOOL,
+        PLAIN,
+        "rowversion:7",
+    )
     return cases
 
 
-def _decided(conn, deciding: Settings, arguments: dict[str, Any]) -> str:
+def _decided(
+    conn, deciding: Settings, arguments: dict[str, Any], fingerprint: str | None = None
+) -> str:
     """The receipt of a call asked for through the API's door and approved by a person."""
-    approval, _ = external.ask(
-        conn, deciding, external.ExternalRequest(tool=TOOL, arguments=arguments, agent="interop")
+    request = external.ExternalRequest(
+        tool=TOOL, arguments=arguments, agent="interop", fingerprint=fingerprint
     )
+    approval, _ = external.ask(conn, deciding, request)
     review.decide(conn, deciding, approval.id, DecisionKind.APPROVE, "UALICE")
     token = store.records.load(conn, approval.id).receipt
     assert token is not None
@@ -118,30 +131,36 @@ def _refused(current: str, stranger: str, jwks: dict[str, Any]) -> dict[str, tup
     public_raw = base64.urlsafe_b64decode(jwks["keys"][0]["x"] + "==")
     grant = {"decided_by": DecidedBy.GRANT, "grant": "g1", "granted_by": "UALICE"}
     return {
-        "expired": ((_signed(current, PLAIN, now=now - 3600), TOOL, PLAIN), "ERR_JWT_EXPIRED"),
+        "expired": (
+            (_signed(current, PLAIN, now=now - 3600), TOOL, PLAIN, None),
+            "ERR_JWT_EXPIRED",
+        ),
         "issued in the future": (
-            (_signed(current, PLAIN, now=now + 3600), TOOL, PLAIN),
+            (_signed(current, PLAIN, now=now + 3600), TOOL, PLAIN, None),
             "ERR_JWT_CLAIM_VALIDATION_FAILED",
         ),
-        "unknown key": ((_signed(stranger, PLAIN), TOOL, PLAIN), "ERR_JWKS_NO_MATCHING_KEY"),
+        "unknown key": ((_signed(stranger, PLAIN), TOOL, PLAIN, None), "ERR_JWKS_NO_MATCHING_KEY"),
         "altered": (
-            (_tampered(_signed(current, PLAIN)), "drop_table", PLAIN),
+            (_tampered(_signed(current, PLAIN)), "drop_table", PLAIN, None),
             "ERR_JWS_SIGNATURE_VERIFICATION_FAILED",
         ),
         "HS256 with the public key": (
-            (_reforged(hs256, claims, public_raw), TOOL, PLAIN),
+            (_reforged(hs256, claims, public_raw), TOOL, PLAIN, None),
             "ERR_JOSE_ALG_NOT_ALLOWED",
         ),
         "unsigned": (
-            (_reforged({"alg": "none"}, claims, b""), TOOL, PLAIN),
+            (_reforged({"alg": "none"}, claims, b""), TOOL, PLAIN, None),
             "ERR_JOSE_ALG_NOT_ALLOWED",
         ),
-        "another tool": ((_signed(current, PLAIN), "drop_table", PLAIN), "the receipt is for"),
+        "another tool": (
+            (_signed(current, PLAIN), "drop_table", PLAIN, None),
+            "the receipt is for",
+        ),
         "other arguments": (
-            (_signed(current, PLAIN), TOOL, {**PLAIN, "row": "u-8"}),
+            (_signed(current, PLAIN), TOOL, {**PLAIN, "row": "u-8"}, None),
             "the arguments differ",
         ),
-        "a grant": ((_signed(current, PLAIN, **grant), TOOL, PLAIN), "no person approved"),
+        "a grant": ((_signed(current, PLAIN, **grant), TOOL, PLAIN, None), "no person approved"),
     }
 
 
@@ -184,16 +203,24 @@ def _tampered(token: str) -> str:
 
 def _node_verdicts(jwks_url: str, cases: dict[str, Case]) -> dict[str, dict[str, Any]]:
     """What docs/receipts.md's verifier says of each case, given its arguments as JSON text."""
-    given = [{"token": t, "tool": tool, "body": json.dumps(a)} for t, tool, a in cases.values()]
+    given = [
+        {"token": t, "tool": tool, "body": json.dumps(a), "fingerprint": state}
+        for t, tool, a, state in cases.values()
+    ]
     answers = run_node("check_receipts.mjs", {"jwks_url": jwks_url, "receipts": given})
     return dict(zip(cases, answers, strict=True))
 
 
 def _python_refuses(case: Case, jwks: dict[str, Any]) -> bool:
-    token, tool, arguments = case
+    token, tool, arguments, state = case
     try:
         receipts.verify_receipt(
-            token, tool=tool, arguments=arguments, keys=jwks, require_person=True
+            token,
+            tool=tool,
+            arguments=arguments,
+            keys=jwks,
+            require_person=True,
+            fingerprint=state,
         )
     except InvalidReceipt:
         return True
@@ -219,7 +246,7 @@ def test_node_verifies_what_the_bot_signs_and_refuses_what_it_must(conn, signing
     assert {name: said[name] for name in accepted} == dict.fromkeys(accepted)
     wrong = {n: said[n] for n, (_, why) in refused.items() if why not in (said[n] or "accepted")}
     assert wrong == {}, f"Node said: {said}"
-    for name, (token, _, arguments) in accepted.items():
+    for name, (token, _, arguments, _state) in accepted.items():
         claims = receipts.unverified_claims(token)
         header = verdicts[name]["header"]
         assert header == {"alg": "EdDSA", "kid": header["kid"], "typ": "JWT"}

@@ -9,8 +9,9 @@ import { createRemoteJWKSet, jwtVerify } from 'jose';
 export function receiptVerifier(jwksUrl) {
   const keys = createRemoteJWKSet(new URL(jwksUrl));
 
-  // `args` is exactly what the service is about to act on, parsed from the request's JSON.
-  return async function verifyReceipt(token, tool, args) {
+  // `args` is exactly what the service is about to act on, parsed from the request's JSON;
+  // `fingerprint`, if the gate names one, the service's own fingerprint of that state now.
+  return async function verifyReceipt(token, tool, args, fingerprint = undefined) {
     const { payload, protectedHeader } = await jwtVerify(token, keys, {
       algorithms: ['EdDSA'],
       issuer: 'approvals',
@@ -25,6 +26,9 @@ export function receiptVerifier(jwksUrl) {
     }
     if (payload.decided_by !== 'person') {
       throw new Error(`no person approved this call: a ${payload.decided_by} released it`);
+    }
+    if (fingerprint !== undefined && payload.fingerprint !== fingerprint) {
+      throw new Error(`the state changed since the approval: ${payload.fingerprint}, now ${fingerprint}`);
     }
     return { claims: payload, header: protectedHeader };
   };

@@ -84,9 +84,10 @@ def test_sources_of_running_are_the_decided_statuses():
     assert set(sources_of(Status.RUNNING)) == DECIDED
 
 
-def test_sources_of_pending_is_empty():
-    """Nothing ever goes back to pending."""
-    assert sources_of(Status.PENDING) == []
+def test_only_a_run_whose_state_changed_goes_back_to_pending():
+    """Nothing goes back to pending but a running approval whose state changed after its
+    decision, before its tool started (the gate's ``fingerprint``): people decide again."""
+    assert sources_of(Status.PENDING) == [Status.RUNNING]
 
 
 def test_decision_kinds_map_to_their_statuses():
@@ -606,6 +607,7 @@ def _every_option_set() -> GateOptions:
         remind_after=0,
         escalate_after=1.5,
         escalate_to=["C0ESC", "S0SRE"],
+        fingerprint="tests.agents.tools:schema_head",
     )
 
 
@@ -615,10 +617,20 @@ def test_every_option_survives_its_json_form_and_defaults_are_left_out_only_when
     options = _every_option_set()
     assert set(OPTIONS) == {f.name for f in attrs.fields(GateOptions)}
     data = json.loads(json.dumps(options_to_dict(options)))
-    assert set(data) == set(OPTIONS) and data["approver_groups"] == []
+    assert set(data) == set(OPTIONS) - {"preview"} and data["approver_groups"] == []
     assert options_from_dict(data) == options
     assert options_to_dict(GateOptions(), sparse=True) == {}
     assert options_from_dict({}) == GateOptions()
+
+
+def test_a_preview_function_is_code_not_data():
+    """``preview=`` takes a function (anything else is a TypeError) and its JSON form leaves
+    it out: the tool's own module gives it to the worker again."""
+    options = GateOptions(preview=lambda path: path)
+    assert "preview" not in options_to_dict(options)
+    assert options.policy.preview is None
+    with pytest.raises(TypeError, match="preview must be a function or None"):
+        GateOptions(preview="not code")  # type: ignore[arg-type]
 
 
 def test_expires_in_tells_the_setting_from_never():
@@ -634,7 +646,8 @@ def test_an_approval_carries_only_the_options_read_when_someone_decides():
     """Options spent at the pause (channel, summary, expiry, reminders, escalation) are the
     approval's own fields: its policy holds the others, and its record stores those."""
     carried = _every_option_set().policy
-    spent = {"channel", "summary", "expires_in", "remind_after", "escalate_after", "escalate_to"}
+    spent = {"channel", "summary", "expires_in", "remind_after", "escalate_after", "escalate_to",
+             "preview"}  # fmt: skip
     kept = {name for name in OPTIONS if getattr(carried, name) != getattr(GateOptions(), name)}
     assert kept == set(OPTIONS) - spent == set(CARRIED)
     record = make_approval(policy=carried).record()

@@ -16,7 +16,7 @@ from approvals.decisions.review import decide
 from approvals.models import DecisionKind, Status
 from approvals.ops import metrics, retention
 from tests.ops.test_retention import DAY, finish, pause
-from tests.processes import Process, approvals_command, bot_url, start_bot, wait_until
+from tests.processes import Process, approvals_command, bot_url, start_bot, stop_all, wait_until
 
 
 def samples(text: str) -> dict[str, float]:
@@ -87,5 +87,4 @@ def test_the_bot_and_a_worker_serve_the_same_metrics(env, conn, tmp_path: Path):
                 assert response.status == 200
                 assert samples(response.read().decode())["approvals_waiting"] == 1
     finally:
-        bot.stop()
-        worker.stop()
+        stop_all([bot, worker])

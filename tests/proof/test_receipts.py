@@ -33,6 +33,7 @@ from tests.processes import (
     bot_url,
     start_bot,
     start_worker,
+    stop_all,
     wait_for_workers,
     wait_until,
 )
@@ -269,8 +270,7 @@ def acting(env, tmp_path, conn, monkeypatch):
         assert service.jwks == keys.jwks(Settings(signing_key=key))
         yield url, service, worker
     finally:
-        for process in (bot, worker):
-            process.stop()
+        stop_all([bot, worker])
         service.stop()
 
 

@@ -27,7 +27,7 @@ from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.e2e import card_of, click, wait_status
 from tests.factories import make_approval
-from tests.processes import bot_url, start_bot, start_worker, wait_for_workers, wait_until
+from tests.processes import bot_url, start_bot, start_worker, stop_all, wait_for_workers, wait_until
 
 SECRET = "whsec_" + base64.b64encode(b"a test secret of 24 bytes").decode()
 
@@ -84,8 +84,7 @@ def hooked(env, tmp_path, monkeypatch):
         wait_for_workers(run_env, [worker], 1)
         yield url, receiver
     finally:
-        for process in (bot, worker):
-            process.stop()
+        stop_all([bot, worker])
         receiver.server.shutdown()
         receiver.server.server_close()
 

@@ -775,3 +775,25 @@ def test_a_turn_card_lists_each_call_with_its_buttons_and_fits_slack():
     for call in calls:
         call.status = Status.REJECTED
     assert APPROVE_ALL_ACTION not in json.dumps(build_card(lead))
+
+
+def test_a_card_asked_again_after_its_state_changed_says_so_above_its_buttons():
+    """A stale approval waits again: its card says the state changed since it was approved,
+    then offers the buttons; a card never asked again says nothing of it."""
+    from approvals.slack.cards import STALE_NOTICE, build_card
+
+    fresh = build_card(make_approval())
+    assert STALE_NOTICE not in json.dumps(fresh)
+    again = build_card(make_approval(stale=1))
+    texts = [b.get("text", {}).get("text") for b in again]
+    at = texts.index(STALE_NOTICE)
+    assert "Changed since it was approved" in STALE_NOTICE
+    assert any(b["type"] == "actions" for b in again[at:])
+
+
+def test_the_thread_is_told_what_changed_or_that_it_could_not_be_read():
+    """The stale reply names both fingerprints, or says the state could not be read."""
+    from approvals.slack.cards import build_stale_message
+
+    assert "`v1`, now `v2`" in json.dumps(build_stale_message("v1", "v2"))
+    assert "could not be read" in json.dumps(build_stale_message("v1", None))

@@ -13,6 +13,7 @@ from tests.e2e import (
     approve_values,
     card_of,
     click,
+    dead_workers_claims_lapse,
     pending_command,
     reply_containing,
     wait_status,
@@ -23,6 +24,7 @@ from tests.processes import (
     start_bot,
     start_redis,
     start_worker,
+    stop_all,
     wait_for_workers,
     wait_until,
 )
@@ -76,8 +78,7 @@ def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
         # Everything dies at once; Redis comes back from its append-only file.
         server.send_signal(signal.SIGKILL)
         server.wait(10)
-        for process in processes:
-            process.stop(signal.SIGKILL)
+        stop_all(processes, signal.SIGKILL)
         server, _ = start_redis(binary, data, AOF, port=int(port))
         conn = store.connection.connect(store_settings(url))
         assert store.pending.pending_count(conn) == 21
@@ -112,7 +113,9 @@ def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
         reply_containing(slack, cards[expiring], "Final answer")
 
         # RQ's scheduler (Slack retries) died with the old Redis; the new worker's maintenance
-        # restarts it: a card refused once is retried and posted.
+        # restarts it once the dead one's lock (kept in the AOF) lapses, which time passing
+        # brings about: a card refused once is retried and posted.
+        dead_workers_claims_lapse(conn)
         slack.fail_next("chat.postMessage", count=1, error="fatal_error")
         retried = run_agent("scripted", prompt, tools=[tools.delete_path]).pause_id
         wait_until(lambda: _card_posted(slack, retried), 120, "the retried card")
@@ -120,8 +123,7 @@ def test_pauses_cards_and_scheduled_expiry_survive_a_redis_kill_9(
         assert len(refused) == 1 and retried in str(refused[0]["args"])
         assert len([m for m in slack.messages() if retried in str(m.blocks)]) == 1
     finally:
-        for process in processes:
-            process.stop()
+        stop_all(processes)
         server.terminate()
         server.wait(10)
 

@@ -11,7 +11,7 @@ from approvals.models import Status
 from tests.agents.scripted import calls, say, script
 from tests.agents.tools import delete_path
 from tests.e2e import at_once, card_of, click, model_calls, tool_runs, wait_status
-from tests.processes import bot_url, start_bot, start_worker, wait_for_workers
+from tests.processes import bot_url, start_bot, start_worker, stop_all, wait_for_workers
 
 
 @pytest.fixture
@@ -26,8 +26,7 @@ def replicas(env, tmp_path):
         wait_for_workers(env, workers, 2)
         yield urls
     finally:
-        for process in [*bots, *workers]:
-            process.stop()
+        stop_all([*bots, *workers])
 
 
 def test_fifty_simultaneous_clicks_across_two_bots_make_one_decision(replicas, slack, env, conn):

@@ -30,6 +30,12 @@ over-long ``block_id``s, and views over 100 blocks, of the wrong type, or with a
 over 24 characters. ``chat.postMessage`` to a user id answers that user's DM channel
 (:meth:`SlackStandIn.dm_channel`), and ``chat.update`` then needs the DM id, as in Slack.
 
+Slack's pace: given ``pace=Pace(per_second, burst)`` (or :meth:`SlackStandIn.set_pace`),
+``chat.postMessage`` keeps Slack's per-channel limit, about one message a second with short
+bursts: a post above it answers HTTP 429 ``ratelimited`` with a ``Retry-After`` header, as
+Slack does when it refuses (real Slack may also accept the post and hide it, which no test
+could see). Without a pace, posts are never refused for their rate.
+
 Response URLs come from :meth:`SlackStandIn.new_response_url`; like Slack's they accept JSON
 bodies, answer ``ok`` as text, refuse a sixth use (``404 used_url``) and, when bound to a posted
 message, apply ``replace_original`` to it.
@@ -49,6 +55,7 @@ import copy
 import itertools
 import json
 import logging
+import math
 import sys
 import threading
 import time
@@ -60,7 +67,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from approvals.dev.sandbox.socket_mode import ACK_SECONDS, SocketModeServer
 
-__all__ = ["ApiError", "Message", "Reply", "SlackStandIn"]
+__all__ = ["ApiError", "Message", "Pace", "Reply", "SlackStandIn"]
 
 T = TypeVar("T")
 
@@ -98,6 +105,15 @@ class Message:
     thread_ts: str | None
     user: str
     updates: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """Slack's per-channel pace for ``chat.postMessage``: ``per_second`` posts a second, and
+    ``burst`` of them back to back in a channel that has been quiet."""
+
+    per_second: float
+    burst: int = 1
 
 
 @dataclass
@@ -153,8 +169,10 @@ class SlackStandIn:
         team_id: str = "T0001",
         usergroups: dict[str, list[str]] | None = None,
         channel_members: dict[str, list[str]] | None = None,
+        pace: Pace | None = None,
     ) -> None:
         self.token = token
+        self._initial_pace = pace
         self.app_token = app_token
         self.bot_user_id = bot_user_id
         self.team_id = team_id
@@ -261,6 +279,9 @@ class SlackStandIn:
             self._view_counter = itertools.count(1)
             self.usergroups = dict(self._initial_usergroups)
             self.channel_members = dict(self._initial_channel_members)
+            self._pace = self._initial_pace
+            #: Per channel: when its next post would be on time (the cell rate algorithm).
+            self._next_post: dict[str, float] = {}
         self.socket_mode.reset()
 
     def new_response_url(self, *, channel: str | None = None, message_ts: str | None = None) -> str:
@@ -312,7 +333,8 @@ class SlackStandIn:
     # ------------------------------------------------------------------ recorded state
 
     def calls(self, method: str | None = None) -> list[dict[str, Any]]:
-        """Every API call in order: ``{"method", "args", "status", "error"}``."""
+        """Every API call in order: ``{"method", "args", "status", "error", "at"}`` (``at``:
+        when it was answered, on ``time.monotonic()``'s clock)."""
         with self._lock:
             found = [c for c in self._calls if method is None or c["method"] == method]
             return copy.deepcopy(found)
@@ -348,7 +370,8 @@ class SlackStandIn:
             return copy.deepcopy(self._responses)
 
     def views(self) -> list[dict[str, Any]]:
-        """Accepted views.* calls: ``{"method", "view", "trigger_id"|"view_id"|"user_id"}``."""
+        """Accepted views.* calls: ``{"method", "view", "trigger_id"|"view_id"|"user_id"}``
+        (views.open's with the ``view_id`` it gave the modal)."""
         with self._lock:
             return copy.deepcopy(self._views)
 
@@ -414,6 +437,33 @@ class SlackStandIn:
         with self._lock:
             self._delays.setdefault(method, []).extend([seconds] * count)
 
+    def set_pace(self, pace: Pace | None) -> None:
+        """Keep ``chat.postMessage`` to ``pace`` in each channel from now on (None: never
+        refuse a post for its rate); :meth:`reset` goes back to the constructor's."""
+        with self._lock:
+            self._pace = pace
+            self._next_post = {}
+
+    def _over_pace(self, method: str, args: dict[str, Any]) -> float:
+        """Seconds a ``chat.postMessage`` is early for its channel's pace (0: on time, and
+        counted); every other call is on time."""
+        channel = args.get("channel")
+        if method != "chat.postMessage" or not isinstance(channel, str) or not channel:
+            return 0.0
+        with self._lock:
+            pace = self._pace
+            if pace is None:
+                return 0.0
+            interval = 1 / pace.per_second
+            now = time.monotonic()
+            key = self._resolve_channel(channel)
+            due = max(self._next_post.get(key, now), now)
+            early = due - (max(1, pace.burst) - 1) * interval - now
+            if early > 0:
+                return early
+            self._next_post[key] = due + interval
+            return 0.0
+
     def delays_left(self, method: str) -> int:
         """How many of the delays asked for ``method`` no call has reached yet: a test waits
         for zero to know the slow call is in flight."""
@@ -462,8 +512,11 @@ class SlackStandIn:
             fault = self._take_fault(method)
             if fault is not None and fault.error is not None:
                 raise ApiError(fault.error)
+            early = 0.0 if fault is not None else self._over_pace(method, args)
             if fault is not None:
                 reply = _fault_reply(fault, api=True)
+            elif early > 0:
+                reply = _fault_reply(_Fault(429, math.ceil(early), None), api=True)
             else:
                 reply = Reply.json(self._methods[method](args), headers={"X-OAuth-Scopes": _SCOPES})
         except ApiError as exc:
@@ -474,7 +527,13 @@ class SlackStandIn:
         error = _reply_error(reply)
         with self._lock:
             self._calls.append(
-                {"method": method, "args": args, "status": reply.status, "error": error}
+                {
+                    "method": method,
+                    "args": args,
+                    "status": reply.status,
+                    "error": error,
+                    "at": time.monotonic(),
+                }
             )
         return reply
 
@@ -601,7 +660,8 @@ class SlackStandIn:
         view = _check_view(args.get("view"), ("modal",))
         with self._lock:
             live = self._store_view(self._new_view_id(), view)
-            self._views.append({"method": "views.open", "view": view, "trigger_id": trigger_id})
+            self._views.append({"method": "views.open", "view": view, "trigger_id": trigger_id,
+                                "view_id": live["id"]})  # fmt: skip
             return {"ok": True, "view": copy.deepcopy(live)}
 
     def _views_update(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from slack_sdk import WebClient
 
 from approvals import store
 from approvals.bot.listeners.ack import acknowledge
+from approvals.bot.listeners.actions import previews
 from approvals.bot.listeners.commands import answer_pending
 from approvals.bot.listeners.events import publish_home
 from approvals.bot.listeners.payload import actor
@@ -67,6 +68,7 @@ def register(app: App) -> None:
         app.action(action)(ack=acknowledge, lazy=[handle_bulk])
     for action in (APPROVE_ALL_ACTION, REJECT_ALL_ACTION):
         app.action(action)(ack=acknowledge, lazy=[handle_turn])
+    previews.register(app)
 
 
 def _clicked(body: dict[str, Any]) -> tuple[str, str, str | None] | None:
