@@ -312,11 +312,11 @@ def throughput_all(bench: Bench, plan: Plan, out: list[Figure]) -> None:
         name = f"b5-{worker_class}"
         env = {"APPROVALS_TOOL_MODULES": "bench.tools,bench.ungated,bench.jobs"}
         with bench.phase(name, bot=False, workers=1, worker_class=worker_class, env=env) as phase:
+            profile = throughput.resume_profile(phase)  # the same work for any worker count
             for workers in (1, 2):
                 if workers > len(phase.workers):
                     phase.start_worker()
                     phase.wait_for_workers()
-                profile = throughput.resume_profile(phase)
                 rates: list[float] = []
                 floors: list[float] = []
                 details = []

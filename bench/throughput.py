@@ -61,9 +61,16 @@ def _body(raw: bytes) -> dict[str, Any]:
 
 
 def resume_profile(phase: Phase) -> dict[str, Any]:
-    """What one resume asks of Redis (round trips) and of Slack (calls, with their bodies):
-    an approval paused, its card posted, decided, and resumed here while the workers are
-    held (its queued job then finds it done)."""
+    """What one resume asks of Redis (round trips) and of Slack (calls, with their bodies),
+    from the second of two resumes here: the first pays for what a process does once (a
+    worker's start-up does it before any job)."""
+    _profile_one(phase)
+    return _profile_one(phase)
+
+
+def _profile_one(phase: Phase) -> dict[str, Any]:
+    """An approval paused, its card posted, decided, and resumed here, counted, while the
+    workers are held (its queued job then finds it done)."""
     approval_id = pause(phase, 2_000, "b5-profile")[0]
     phase.idle(timeout=120)
     key = phase.hold(len(phase.workers))
