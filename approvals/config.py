@@ -66,6 +66,7 @@ NUMBERS: dict[str, Bounds] = {
     "APPROVALS_JOB_TIMEOUT": Bounds(1, 7 * _DAY),
     "APPROVALS_WORKER_TTL": Bounds(10, _DAY),
     "APPROVALS_MAINTENANCE_INTERVAL": Bounds(1, _HOUR),
+    "APPROVALS_LEASE": Bounds(3, _HOUR),
     "APPROVALS_RESULT_TTL": Bounds(1, _YEAR),
     "APPROVALS_HISTORY_RETENTION": Bounds(0, 10 * _YEAR),
     "APPROVALS_RETENTION": Bounds(0, 10 * _YEAR),
@@ -202,6 +203,9 @@ class Settings:
     #: these bring both under a minute (see README, "Running in production").
     worker_ttl: int = 30
     maintenance_interval: int = 5
+    #: Seconds a running resume's lease lasts: the resume renews it every third of this, and
+    #: recovery takes a run whose lease lapsed for one whose worker died.
+    lease: int = 15
     #: "text" for people reading a terminal; "json" (one object per line) for log collectors.
     log_format: str = "text"
     #: Seconds a finished run's outcome stays in Redis for ``approvals.wait`` and ``result``.
@@ -303,6 +307,7 @@ class Settings:
             secret_names=_csv(env.get("APPROVALS_SECRET_NAMES")) or DEFAULT_SECRET_NAMES,
             worker_ttl=_whole(env, "APPROVALS_WORKER_TTL", 30),
             maintenance_interval=_whole(env, "APPROVALS_MAINTENANCE_INTERVAL", 5),
+            lease=_whole(env, "APPROVALS_LEASE", 15),
             log_format=_choice(env, "APPROVALS_LOG_FORMAT", ("text", "json")),
             result_ttl=_whole(env, "APPROVALS_RESULT_TTL", 7 * 24 * 3600),
             llm_log=llm_log,

@@ -184,6 +184,7 @@ NUMERIC: dict[str, tuple[str, list[str], dict[str, float]]] = {
     "APPROVALS_JOB_TIMEOUT": ("job_timeout", ["-1", "0", "604801"], {"1": 1, "604800": 604800}),
     "APPROVALS_WORKER_TTL": ("worker_ttl", ["0", "9", "86401"], {"10": 10, "420": 420}),
     "APPROVALS_MAINTENANCE_INTERVAL": ("maintenance_interval", ["0", "-5", "3601"], {"1": 1}),
+    "APPROVALS_LEASE": ("lease", ["0", "2", "3601", "1.5"], {"3": 3, "15": 15}),
     "APPROVALS_RESULT_TTL": ("result_ttl", ["-3", "0", "31536001"], {"1": 1, "20": 20}),
     "APPROVALS_HISTORY_RETENTION": ("history_retention", ["-1", "315360001"], {"0": 0}),
     "APPROVALS_RETENTION": ("retention", ["-3", "315360001", "1.5"], {"0": 0, "86400": 86400}),

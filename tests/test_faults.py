@@ -8,6 +8,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from approvals import run_agent, store
@@ -20,6 +21,7 @@ from tests.agents import tools
 from tests.agents.scripted import calls, say, script
 from tests.conftest import CHANNEL
 from tests.e2e import (
+    SHORT_LEASE,
     action_blocks,
     at_once,
     block_text,
@@ -53,6 +55,7 @@ def _approve_held_charge(services, slack, env) -> tuple[str, Message, Path, dict
     return pause_id, card, hold, started
 
 
+@pytest.mark.service_env(**SHORT_LEASE)
 def test_a_worker_killed_inside_the_gated_tool_never_runs_it_twice(
     services, slack, env, conn, tmp_path
 ):

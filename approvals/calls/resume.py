@@ -29,7 +29,6 @@ from approvals import store
 from approvals.calls import agent, fingerprints
 from approvals.config import Settings
 from approvals.decisions import deadlines
-from approvals.decisions.recovery import LEASE_SECONDS
 from approvals.errors import (
     GateError,
     InvalidReceipt,
@@ -82,7 +81,7 @@ def resume(conn: redis.Redis, settings: Settings, client: WebClient, approval_id
         Status.RUNNING,
         sources=DECIDED,
         event=store.audit.audit_entry("resume_started", "worker"),
-        lease=LEASE_SECONDS,
+        lease=settings.lease,
     ).ok
     if not taken:
         unshown = _left_unshown(conn, approval_id)
@@ -92,7 +91,7 @@ def resume(conn: redis.Redis, settings: Settings, client: WebClient, approval_id
             return "shown"
         log.warning("approval %s is not waiting to resume; not running it again", approval_id)
         return "skipped"
-    with _lease_kept(conn, approval_id):
+    with _lease_kept(conn, approval_id, settings.lease):
         return _resume(conn, settings, client, approval_id)
 
 
@@ -142,7 +141,7 @@ def _resume(conn: redis.Redis, settings: Settings, client: WebClient, approval_i
         tool_output=result.tool_output or "",
     )
     if approval.in_turn:
-        _record_turn_end(conn, approval, result, calls)
+        _record_turn_end(conn, settings, approval, result, calls)
     _call_off(shown)
     if finished and result.status in (Status.COMPLETED, Status.FAILED):
         _finish_run(conn, settings, approval_id)
@@ -248,6 +247,7 @@ def _left_unshown(conn: redis.Redis, approval_id: str) -> Approval | None:
 
 def _record_turn_end(
     conn: redis.Redis,
+    settings: Settings,
     lead: Approval,
     result: RunResult,
     calls: dict[str, tuple[dict[str, Any] | None, str | None]],
@@ -259,7 +259,7 @@ def _record_turn_end(
         ran_with, output = calls.get(call_id, (None, None))
         own = dataclasses.replace(result, executed_arguments=ran_with, tool_output=output)
         moved = store.transitions.transition(
-            conn, call_id, Status.RUNNING, sources=DECIDED, lease=LEASE_SECONDS,
+            conn, call_id, Status.RUNNING, sources=DECIDED, lease=settings.lease,
             event=store.audit.audit_entry("resume_started", "worker", turn=lead.id),
         ).ok  # fmt: skip
         if moved:
@@ -417,7 +417,7 @@ def _show_running(client: WebClient, approval: Approval) -> None:
 
 
 @contextmanager
-def _lease_kept(conn: redis.Redis, approval_id: str) -> Iterator[None]:
+def _lease_kept(conn: redis.Redis, approval_id: str, lease: int) -> Iterator[None]:
     """Renew the lease while the resume runs; it lapses on its own if this process dies.
 
     The lease is ours rather than RQ's job heartbeat: ``SimpleWorker`` sends no heartbeat while
@@ -425,9 +425,7 @@ def _lease_kept(conn: redis.Redis, approval_id: str) -> Iterator[None]:
     A run that ends normally has moved out of ``running``, which ended the lease; one that
     raised drops it here.
     """
-    renewal = _Renewal(
-        LEASE_SECONDS / 3, store.leases.hold_lease, args=(conn, approval_id, LEASE_SECONDS)
-    )
+    renewal = _Renewal(lease / 3, store.leases.hold_lease, args=(conn, approval_id, lease))
     renewal.daemon = True
     renewal.start()
     ended = False

@@ -35,9 +35,6 @@ from approvals.store import queue
 
 log = logging.getLogger(__name__)
 
-#: A live resume renews its lease every third of this; a dead one is found within it.
-LEASE_SECONDS = 15
-
 #: A live decider queues the resume right after the decision; one this late never will.
 STRANDED_AFTER = 30
 #: How far back decisions are looked at (a stranded one is found within a maintenance round).

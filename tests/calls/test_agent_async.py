@@ -10,6 +10,8 @@ import asyncio
 import os
 import threading
 
+import pytest
+
 from approvals import run_agent_async, store, wait
 from approvals.models import DecisionKind, Status
 from tests.agents.scripted import calls, say, script
@@ -24,6 +26,7 @@ from tests.agents.tools import (
 )
 from tests.conftest import wait_until
 from tests.e2e import (
+    SHORT_LEASE,
     approve_on_card,
     card_of,
     click,
@@ -190,6 +193,7 @@ def test_an_async_resume_never_starts_a_tool_an_earlier_attempt_started(env, con
 # tests/calls/test_outcomes.py prove them for sync ones -----------------------------------------
 
 
+@pytest.mark.service_env(**SHORT_LEASE)
 def test_a_worker_killed_inside_a_gated_coroutine_never_runs_it_twice(
     services, slack, env, conn, tmp_path
 ):

@@ -13,13 +13,20 @@ from rq.registry import FinishedJobRegistry, StartedJobRegistry
 
 from approvals import run_agent, store
 from approvals.config import Settings
-from approvals.decisions.recovery import LEASE_SECONDS
 from approvals.decisions.review import decide
 from approvals.models import DecisionKind, Status
 from approvals.store.records import load
 from tests.agents import tools
 from tests.agents.scripted import calls, say, script
-from tests.e2e import CHANNEL, block_text, card_showing, pause, reply_containing, tool_runs
+from tests.e2e import (
+    CHANNEL,
+    SHORT_LEASE,
+    block_text,
+    card_showing,
+    pause,
+    reply_containing,
+    tool_runs,
+)
 from tests.processes import ROOT, approvals_command, start_worker, wait_for_workers, wait_until
 
 COMPLETED = ":checkered_flag: Completed"
@@ -82,18 +89,20 @@ def test_a_run_longer_than_its_lease_keeps_it_and_runs_once(slack, env, conn, tm
     assert pause_id
     hold = Path(env["HOLD_FILE"])
     hold.touch()
-    worker = start_worker(env, tmp_path / "worker.log", f"lease-{time.time_ns()}")
+    lease = int(SHORT_LEASE["APPROVALS_LEASE"])
+    worker_env = {**env, **SHORT_LEASE}
+    worker = start_worker(worker_env, tmp_path / "worker.log", f"lease-{time.time_ns()}")
     try:
-        wait_for_workers(env, [worker], 1)
+        wait_for_workers(worker_env, [worker], 1)
         decide(conn, Settings.from_env(), pause_id, DecisionKind.APPROVE, "UALICE")
         wait_until(lambda: tool_runs(env, "charge_card"), 20, "the tool to start")
         started = time.time()
 
         def renewed_past_the_first_lease() -> bool:
             held = conn.get(store.keys.lease_key(pause_id))
-            return held is not None and float(held) > started + LEASE_SECONDS
+            return held is not None and float(held) > started + lease
 
-        wait_until(renewed_past_the_first_lease, LEASE_SECONDS * 2, "the lease renewed")
+        wait_until(renewed_past_the_first_lease, lease * 2, "the lease renewed")
         assert load(conn, pause_id).status is Status.RUNNING
         hold.unlink()
         _shows_its_result_once_when_done(slack, conn, pause_id)
