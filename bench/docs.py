@@ -77,8 +77,8 @@ EXPLAINED: dict[str, str] = {
         "bytes."
     ),
     "B3 preview": (
-        "B3 at 10 KB of history, the gated tool's gate computing a 10 KB preview (a unified "
-        "diff) when the call pauses: the preview function runs in a thread of its own within "
+        "B3 with the smallest history, the gated tool's gate computing a preview as large "
+        "(a unified diff) when the call pauses: the preview function runs in a thread of its own within "
         "`APPROVALS_PREVIEW_TIMEOUT`, its head goes in the record, the whole of it in its own "
         "key, in the pause's one transaction. The floor is one round trip SETting the "
         "history's and the preview's bytes."
