@@ -34,6 +34,7 @@ from approvals.calls.gate import (
 )
 from approvals.errors import CorruptRecord, GateError, ResumeError
 from approvals.models import ToolRef
+from approvals.models.options import dotted_path
 
 #: What an agent's ``tools=`` holds once read: functions and toolbox instances.
 AgentTool = Callable[..., Any] | llm.Toolbox
@@ -119,18 +120,7 @@ def _ref(tool: Callable[..., Any]) -> ToolRef:
 
 
 def _dotted_path(target: Any, kind: str) -> str:
-    module, qualname = target.__module__, target.__qualname__
-    if "<locals>" in qualname or "<lambda>" in qualname:
-        raise GateError(f"{kind} {qualname} must be defined at module level, not inside a function")
-    if module == "__main__":
-        spec = getattr(sys.modules["__main__"], "__spec__", None)
-        if spec is None:
-            raise GateError(
-                f"{kind} {qualname} is defined in a script run as __main__; a worker cannot "
-                "import it. Move it into a module (or run the script with python -m)."
-            )
-        module = spec.name
-    return f"{module}:{qualname}"
+    return dotted_path(target, kind, GateError)
 
 
 def _toolbox_refs(toolbox: llm.Toolbox) -> list[ToolRef]:

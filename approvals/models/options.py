@@ -113,20 +113,28 @@ def _function_path(value: Callable[..., Any] | str | None) -> str | None:
     refused here, where the gate is made, rather than at the pause."""
     if value is None or isinstance(value, str):
         return value
-    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
-    if not callable(value) or not isinstance(module, str) or not isinstance(qualname, str):
+    if not callable(value):
         raise TypeError(f"fingerprint must be a module-level function, not {value!r}")
+    return dotted_path(value, "fingerprint", TypeError)
+
+
+def dotted_path(target: Any, kind: str, error: type[Exception]) -> str:
+    """``target``'s ``module:qualname``, by which a worker imports it again; ``error`` when
+    no other process could (a lambda, a nested function, one of a script run as ``__main__``)."""
+    module, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        raise error(f"{kind} must be a module-level function, not {target!r}")
     if "<locals>" in qualname or "<lambda>" in qualname:
-        raise TypeError(
-            f"fingerprint {qualname} must be a module-level function (a worker imports it "
-            "to check the state again before the tool runs), not a lambda or nested function"
+        raise error(
+            f"{kind} {qualname} must be a module-level function (a worker imports it again), "
+            "not a lambda or one defined inside a function"
         )
     if module == "__main__":
         spec = getattr(sys.modules["__main__"], "__spec__", None)
         if spec is None:
-            raise TypeError(
-                f"fingerprint {qualname} is defined in a script run as __main__; a worker "
-                "cannot import it. Move it into a module (or run the script with python -m)."
+            raise error(
+                f"{kind} {qualname} is defined in a script run as __main__; a worker cannot "
+                "import it. Move it into a module (or run the script with python -m)."
             )
         module = spec.name
     return f"{module}:{qualname}"

@@ -73,7 +73,7 @@ def test_tool_refs_save_the_schema_the_model_sees():
 
 def test_a_lambda_is_refused():
     """A lambda cannot be imported by a worker, so it is refused up front."""
-    with pytest.raises(GateError, match="module level"):
+    with pytest.raises(GateError, match="module-level"):
         tool_refs([lambda path: path])
 
 
