@@ -396,8 +396,12 @@ BOOKKEEPING = frozenset(
         store.keys.ENDS_CHECKED_KEY,
         store.keys.EVENTS_KEY,
         store.keys.EVENTS_TAKING_KEY,
+        # `approvals dev`'s own record: a heartbeat, renewed whatever anyone asks.
+        store.keys.DEV_KEY,
     )
 )
+#: The live workers' advertised tool modules (one key per queue): heartbeats too.
+HEARTBEATS = store.keys.tool_modules_key("").encode()
 
 
 def redis_state(conn: Any, *, seen: bool = True, jobs: bool = False) -> dict[bytes, Any]:
@@ -411,7 +415,8 @@ def redis_state(conn: Any, *, seen: bool = True, jobs: bool = False) -> dict[byt
         keys = [k for k in keys if not k.startswith(store.keys.seen_key("").encode())]
     if jobs:
         keys += sorted(conn.keys("rq:job:*"))
-    return {key: key_value(conn, key) for key in keys if key not in BOOKKEEPING}
+    keys = [k for k in keys if k not in BOOKKEEPING and not k.startswith(HEARTBEATS)]
+    return {key: key_value(conn, key) for key in keys}
 
 
 def key_value(conn: Any, key: bytes | str) -> Any:

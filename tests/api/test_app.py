@@ -192,7 +192,7 @@ def test_the_body_offers_the_gate_options_the_api_may_set_and_hands_them_on() ->
     """The body's fields are the request's own and the options GateOptions offers to the API,
     with their bounds; what a body leaves out, or sets to null, is the option's default."""
     properties = ApprovalBody.model_json_schema(by_alias=True)["properties"]
-    asked = {"tool", "arguments", "schema", "preview", "agent", "requested_by",
+    asked = {"tool", "arguments", "schema", "preview", "fingerprint", "agent", "requested_by",
              "idempotency_key", "run_id"}  # fmt: skip
     assert set(properties) == asked | set(SET_BY_API)
     assert {"webhook", "allow_self_approval", "on_reject"}.isdisjoint(properties)
