@@ -399,6 +399,10 @@ class Bench:
             "APPROVALS_TOOL_MODULES": "bench.tools,bench.ungated",
             "APPROVALS_WORKER_CLASS": worker_class,
             "LLM_USER_PATH": str(folder / "llm"),
+            # The stand-in keeps no pace here, and these figures measure our machinery, not
+            # Slack's: cards are not held to Slack's rate (B12 sets its own, and the stand-in's).
+            "APPROVALS_SLACK_PACE": "1000",
+            "APPROVALS_SLACK_BURST": "100",
             **(env or {}),
         }
         saved = dict(os.environ)
