@@ -78,9 +78,9 @@ EXPLAINED: dict[str, str] = {
     ),
     "B3 preview": (
         "B3 with the smallest history, the gated tool's gate computing a preview as large "
-        "(a unified diff) when the call pauses: the preview function runs in a thread of its own within "
-        "`APPROVALS_PREVIEW_TIMEOUT`, its head goes in the record, the whole of it in its own "
-        "key, in the pause's one transaction. The floor is one round trip SETting the "
+        "(a unified diff) when the call pauses: the preview function runs in a thread of its "
+        "own within `APPROVALS_PREVIEW_TIMEOUT`, its head goes in the record, the whole of it "
+        "in its own key, in the pause's one transaction. The floor is one round trip SETting the "
         "history's and the preview's bytes."
     ),
     "B4": (
