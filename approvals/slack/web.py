@@ -173,15 +173,23 @@ def _redraw_until_current(client: WebClient, conn: redis.Redis, approval: Approv
     is on its way; nothing orders the two calls at Slack, so the one landing last would win
     even if it shows an older state. The worker stores each state before it draws it, so
     once a redraw has landed and the record still says what it showed, any later change is
-    drawn after it.
+    drawn after it. A turn's card shows every call of the turn, so it is current only while
+    every one of them still has the status it showed: two people deciding two calls of it at
+    once each redraw it, and the redraw that lands last must not show the other's call
+    undecided.
     """
     drawn = approval
     for _ in range(_MOST_REDRAWS):
         update_card(client, drawn)
         latest = store.records.load(conn, approval.id)
-        if latest.status is drawn.status:
+        if _card_state(latest) == _card_state(drawn):
             return
         drawn = latest
+
+
+def _card_state(approval: Approval) -> tuple[Status, ...]:
+    """The statuses a card shows: its own, or those of every call of its turn."""
+    return tuple(call.status for call in (approval, *approval.turn_calls))
 
 
 def announce_vote(client: WebClient, approval: Approval) -> None:
